@@ -1,0 +1,3 @@
+"""The FastSAC trainer app."""
+
+__all__: list[str] = []

@@ -1,0 +1,49 @@
+"""What a trainer (sync or async) hands to the app's sinks: console, TensorBoard, logs.
+
+Trainers never render; they build :class:`Snapshot` objects and pass them to a
+:class:`Reporter`. The console and the TensorBoard writer are reporters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["Reporter", "Snapshot"]
+
+
+@dataclass(kw_only=True)
+class Snapshot:
+    """One reporting tick of a running trainer."""
+
+    iteration: int
+    """Global step: collector iterations of the full env batch so far."""
+    env_steps: int
+    """Transitions collected so far (iteration * num_envs)."""
+    total_env_steps: int
+    """Transitions the run is budgeted for (for progress and ETA)."""
+    elapsed_s: float
+    """Wall-clock seconds since training started (boot excluded)."""
+    scalars: dict[str, float] = field(default_factory=dict)
+    """Metrics by their TensorBoard names (``perf/env_steps_per_s``, ``train/qf_loss``, ...)."""
+    timing: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per worker group (``collector0``, ``learner0``, ``sync``): stage path -> mean ms."""
+    warming_up: bool = False
+    """True until learning starts."""
+
+
+class Reporter(Protocol):
+    """A sink of training progress."""
+
+    def report(self, snapshot: Snapshot) -> None:
+        """Take one snapshot (called every logging interval)."""
+        ...
+
+    def checkpoint_saved(self, path: Path) -> None:
+        """A checkpoint was written to ``path``."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release."""
+        ...

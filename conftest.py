@@ -1,0 +1,94 @@
+"""Repository-wide test guards: no test may leave a child process or a /dev/shm segment behind.
+
+Uses only the standard library (it also runs for ``uv run --exact --package <name>``), and
+skips ``gpu``-marked tests where no CUDA device is visible.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_SHM = Path("/dev/shm")
+# Kernel/library entries that are not ours: POSIX semaphores of multiprocessing.
+_FOREIGN_SHM_PREFIXES = ("sem.",)
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return {p.name for p in _SHM.iterdir() if not p.name.startswith(_FOREIGN_SHM_PREFIXES)}
+    except FileNotFoundError:
+        return set()
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (read from /proc; zombies excluded)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            continue
+        parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        nxt = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= nxt
+        frontier = nxt
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    shm_before = _shm_entries()
+    children_before = _children(os.getpid())
+    yield
+    deadline = time.monotonic() + 10.0
+    while True:
+        leaked_procs = _children(os.getpid()) - children_before
+        leaked_shm = _shm_entries() - shm_before
+        if not (leaked_procs or leaked_shm) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in leaked_procs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for name in leaked_shm:
+        (_SHM / name).unlink(missing_ok=True)
+    problems = []
+    if leaked_procs:
+        problems.append(f"left child processes running: {sorted(leaked_procs)} (killed)")
+    if leaked_shm:
+        problems.append(f"left /dev/shm entries: {sorted(leaked_shm)} (removed)")
+    if problems:
+        pytest.fail(f"{request.node.nodeid} " + "; ".join(problems), pytrace=False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu`` tests when no CUDA device is visible."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if not has_cuda:
+        skip = pytest.mark.skip(reason="needs a CUDA device (run on the GPU machine)")
+        for item in gpu_items:
+            item.add_marker(skip)

@@ -1,0 +1,3 @@
+"""fastsac-async."""
+
+__all__: list[str] = []

@@ -1,0 +1,50 @@
+"""Options of the asynchronous trainer (``algo.trainer.async_options.*``), names from the seeds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["AsyncOptions"]
+
+Switch = Literal["auto", "on", "off"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncOptions:
+    """How collectors and learners are laid out and how they exchange data."""
+
+    num_collectors: int = 1
+    """Collector processes; num_envs must be divisible by it."""
+    num_learners: int = 1
+    """Learner processes (one per device, DDP in lockstep); num_collectors must be divisible by it."""
+    learner_devices: tuple[str, ...] | None = None
+    """Explicit learner devices (e.g. ("cuda:0", "cuda:1")); None expands from the trainer device."""
+    cpus_per_collector: int | None = None
+    """CPUs given to each collector, carved from its node; None leaves collectors unpinned."""
+    ring_capacity: int = 64
+    """Slots per collector ring; each slot holds one env-step batch of that collector's envs."""
+    utd_mode: Literal["strict", "learner_bound"] = "strict"
+    """strict: num_updates per collected iteration; learner_bound: num_updates whenever data arrived."""
+    weight_publish_interval: int = 4
+    """Publish actor weights every this many updates."""
+    weight_poll_interval: int = 1
+    """Collectors poll for new weights every this many env steps."""
+    max_ingest_per_iter: int = 8
+    """Slots drained per ring per learner loop."""
+    idle_sleep_s: float = 0.0005
+    """Back-off sleep of a collector facing a full ring or a learner with nothing to do."""
+    collector_inference_device: str = "auto"
+    """cpu, cuda, cuda:N, or auto (the owner learner's device)."""
+    collector_compile: bool = True
+    """Compile the fixed-batch collector policy (CUDA inference only)."""
+    collector_amp: bool = True
+    """Autocast collector inference (CUDA inference only)."""
+    transition_ipc: Switch = "auto"
+    """CUDA-IPC transition rings where every collector of a rank infers on the rank's GPU."""
+    weight_ipc: Switch = "auto"
+    """CUDA-IPC weight channel on the same GPU, for actors of at least weight_ipc_min_bytes."""
+    weight_ipc_min_bytes: int = 16 * 1024 * 1024
+    """Size gate of the CUDA-IPC weight channel under auto."""
+    boot_timeout_s: float = 600.0
+    """Longest wait for every worker to report ready."""

@@ -1,0 +1,3 @@
+"""fastsac-core."""
+
+__all__: list[str] = []

@@ -1,0 +1,94 @@
+"""FastSAC hyper-parameters: one frozen dataclass with the public recipe's defaults.
+
+Defaults follow the holosoma FastSAC recipe (``fast_sac`` config values; see
+``wiki/decisions.md``). Tasks override what they need (the MuJoCo tasks use ``gamma=0.99``
+and their own value ranges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["FastSACConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FastSACConfig:
+    """Every FastSAC hyper-parameter, with the holosoma recipe's defaults."""
+
+    # Networks.
+    actor_hidden_dim: int = 512
+    """Width of the actor's first hidden layer; the MLP is h -> h/2 -> h/4 with LayerNorm + SiLU."""
+    critic_hidden_dim: int = 768
+    """Width of each critic's first hidden layer; h -> h/2 -> h/4 with LayerNorm + SiLU."""
+    num_q_networks: int = 2
+    """Number of distributional critics, each trained on the projection of its own target."""
+    num_atoms: int = 101
+    """C51 atoms per critic."""
+    v_min: float = -20.0
+    """Lowest return the C51 support represents."""
+    v_max: float = 20.0
+    """Highest return the C51 support represents."""
+    use_layer_norm: bool = True
+    """LayerNorm after every hidden linear layer (actor and critics)."""
+    log_std_min: float = -5.0
+    """Lower end of the actor's log standard deviation (tanh-mapped)."""
+    log_std_max: float = 0.0
+    """Upper end of the actor's log standard deviation (tanh-mapped)."""
+
+    # Optimisation.
+    actor_lr: float = 3e-4
+    """AdamW learning rate of the actor."""
+    critic_lr: float = 3e-4
+    """AdamW learning rate of the critics."""
+    alpha_lr: float = 3e-4
+    """Adam learning rate of log(alpha) (no weight decay)."""
+    weight_decay: float = 1e-3
+    """AdamW weight decay of actor and critics."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.95
+    """AdamW beta2."""
+    max_grad_norm: float = 0.0
+    """Gradient-norm clip; 0 disables clipping."""
+    gamma: float = 0.97
+    """Discount factor."""
+    tau: float = 0.125
+    """Soft target update rate (target <- target + tau * (online - target)), fused into the critic step."""
+
+    # Entropy.
+    alpha_init: float = 0.001
+    """Initial entropy temperature."""
+    autotune: bool = True
+    """Learn alpha towards the target entropy."""
+    target_entropy_ratio: float = 0.0
+    """target_entropy = -act_dim * target_entropy_ratio."""
+
+    # Data.
+    buffer_size: int = 1024
+    """Replay capacity per env (transitions); total capacity is buffer_size * num_envs."""
+    batch_size: int = 8192
+    """Global batch per update, split evenly across envs (and across learners)."""
+    num_steps: int = 1
+    """n of the n-step return."""
+    learning_starts: int = 10
+    """Collector iterations (full env batches) of random actions before learning starts."""
+    num_updates: int = 8
+    """Critic updates per collector iteration (the update-to-data ratio)."""
+    policy_frequency: int = 4
+    """One actor (and alpha) update every this many critic updates."""
+    obs_normalization: bool = True
+    """Normalise actor and critic observations with running statistics."""
+    normalizer_eps: float = 1e-2
+    """Epsilon added to the running standard deviation."""
+
+    # Execution.
+    compile: bool = True
+    """torch.compile the update steps on CUDA (ignored on CPU, where updates run eagerly)."""
+    cudagraphs: bool = True
+    """Capture whole update steps as CUDA graphs (compile mode 'reduce-overhead') on CUDA."""
+    amp: bool = True
+    """Autocast the update steps on CUDA."""
+    amp_dtype: Literal["bf16", "fp16"] = "bf16"
+    """Autocast dtype."""

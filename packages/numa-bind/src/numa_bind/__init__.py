@@ -1,0 +1,3 @@
+"""numa-bind."""
+
+__all__: list[str] = []

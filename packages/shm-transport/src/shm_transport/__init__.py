@@ -1,0 +1,3 @@
+"""shm-transport."""
+
+__all__: list[str] = []

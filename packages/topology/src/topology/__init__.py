@@ -1,0 +1,3 @@
+"""topology."""
+
+__all__: list[str] = []
