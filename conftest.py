@@ -6,6 +6,7 @@ skips ``gpu``-marked tests where no CUDA device is visible.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -62,10 +63,8 @@ def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
             break
         time.sleep(0.05)
     for pid in leaked_procs:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     for name in leaked_shm:
         (_SHM / name).unlink(missing_ok=True)
     problems = []
