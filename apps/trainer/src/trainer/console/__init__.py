@@ -1,0 +1,32 @@
+"""The trainer's console: the live rich panels, the plain fallback, and system metrics."""
+
+from trainer.console.boot import BootBoard, BootFailure, BootView, render_boot
+from trainer.console.interrupt import StopRequest
+from trainer.console.live import RichConsole
+from trainer.console.panels import TABS, render_overview, render_system, render_timing, render_training
+from trainer.console.plain import PlainConsole, snapshot_line
+from trainer.console.sinks import ConsoleLogHandler, FanOut, TrainerConsole, open_console
+from trainer.console.system import GpuSample, SystemSample, SystemSampler
+
+__all__ = [
+    "TABS",
+    "BootBoard",
+    "BootFailure",
+    "BootView",
+    "ConsoleLogHandler",
+    "FanOut",
+    "GpuSample",
+    "PlainConsole",
+    "RichConsole",
+    "StopRequest",
+    "SystemSample",
+    "SystemSampler",
+    "TrainerConsole",
+    "open_console",
+    "render_boot",
+    "render_overview",
+    "render_system",
+    "render_timing",
+    "render_training",
+    "snapshot_line",
+]

@@ -1,0 +1,90 @@
+"""The boot panel: what the asynchronous trainer tells the console while its workers start.
+
+The async trainer calls a :class:`BootView` (the console implements it): one
+``worker_state(name, state)`` per change of a worker (``booting`` -> ``ready`` -> ``starting``), and
+``failed(name, reason, log_path)`` when a worker dies or the boot deadline passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["BootBoard", "BootFailure", "BootView", "render_boot"]
+
+_STATE_STYLES = {"booting": "yellow", "ready": "green", "starting": "cyan", "failed": "bold red"}
+
+
+class BootView(Protocol):
+    """Receives the readiness of workers during boot (implemented by the console)."""
+
+    def worker_state(self, name: str, state: str) -> None:
+        """Worker ``name`` (``learner0``, ``collector3``) is now in ``state`` (booting, ready, starting)."""
+        ...
+
+    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
+        """Worker ``name`` failed to boot for ``reason``; its error log is at ``log_path``."""
+        ...
+
+
+@dataclass(frozen=True)
+class BootFailure:
+    """Why boot stopped."""
+
+    name: str
+    """The worker that failed."""
+    reason: str
+    """What went wrong, one line."""
+    log_path: Path | None
+    """The worker's error log, when it has one."""
+
+    def line(self) -> str:
+        """The one line printed for a failed boot."""
+        where = f"; see {self.log_path}" if self.log_path is not None else ""
+        return f"boot failed: {self.name}: {self.reason}{where}"
+
+
+@dataclass
+class BootBoard:
+    """Readiness of every worker seen so far, in the order they were first reported."""
+
+    states: dict[str, str] = field(default_factory=dict)
+    """Worker name -> its latest state."""
+    failure: BootFailure | None = None
+    """Set once a worker failed."""
+
+    def worker_state(self, name: str, state: str) -> None:
+        """Record ``name``'s new state."""
+        self.states[name] = state
+
+    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
+        """Record a failure (the first one is kept)."""
+        self.states[name] = "failed"
+        if self.failure is None:
+            self.failure = BootFailure(name, reason, log_path)
+
+    @property
+    def ready_count(self) -> int:
+        """Workers that reported ready (or were released)."""
+        return sum(state in ("ready", "starting") for state in self.states.values())
+
+
+def render_boot(board: BootBoard, title: str) -> RenderableType:
+    """The boot panel: a worker/status table and a gate line, in a frame titled ``title``."""
+    table = Table(expand=True, show_edge=False, pad_edge=False)
+    table.add_column("worker")
+    table.add_column("status")
+    for name, state in board.states.items():
+        table.add_row(name, Text(state, style=_STATE_STYLES.get(state, "")))
+    total = len(board.states)
+    if board.failure is not None:
+        gate = Text(board.failure.line(), style="bold red")
+    else:
+        gate = Text(f"{board.ready_count}/{total} workers ready", style="dim")
+    return Panel(Group(table, gate), title=f"{title} · boot", border_style="cyan")

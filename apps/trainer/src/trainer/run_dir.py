@@ -1,0 +1,116 @@
+"""The run folder: ``runs/<run>/`` with the resolved config, logs, error logs, checkpoints and events.
+
+Layout (see ``wiki/trainer.md``)::
+
+    runs/<run>/
+        config.yaml          the resolved configuration (what ``--cfg job`` prints)
+        logs/<worker>.log    stdout, stderr and logging of each worker process
+        async_errors/        <worker>_error.log: the traceback of a worker that died
+        checkpoints/         model_<iteration:07d>.pt
+        events.out.tfevents.*  TensorBoard scalars
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from trainer.config.exceptions import TrainerAppError
+from trainer.plan import checkpoint_dir
+
+__all__ = [
+    "CONFIG_FILE",
+    "create_run_dir",
+    "default_run_name",
+    "errors_dir",
+    "latest_checkpoint",
+    "logs_dir",
+    "resolve_resume",
+]
+
+CONFIG_FILE = "config.yaml"
+"""Name of the resolved config inside a run folder."""
+
+_CHECKPOINT = re.compile(r"^model_(\d+)\.pt$")
+
+
+def default_run_name(task: str, now: float | None = None) -> str:
+    """``<task>-<YYYYmmdd-HHMMSS>`` for a run started at ``now`` (default: the current time)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    return f"{task}-{stamp}"
+
+
+def logs_dir(run_dir: Path) -> Path:
+    """Folder of the per-worker log files."""
+    return run_dir / "logs"
+
+
+def errors_dir(run_dir: Path) -> Path:
+    """Folder of the per-worker error logs (tracebacks of workers that died)."""
+    return run_dir / "async_errors"
+
+
+def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming: bool = False) -> Path:
+    """Create ``runs_root/run_name`` with its sub-folders and write the resolved config.
+
+    Args:
+        runs_root: Folder holding run folders (created when missing).
+        run_name: Name of this run's folder.
+        config_yaml: The resolved configuration, written to ``config.yaml``.
+        resuming: Allow an existing run folder (a resumed run writes into its own folder).
+
+    Returns:
+        The run folder.
+
+    Raises:
+        TrainerAppError: The folder exists already and this is not a resume into it.
+    """
+    run_dir = runs_root / run_name
+    has_checkpoints = checkpoint_dir(run_dir).is_dir() and any(checkpoint_dir(run_dir).iterdir())
+    if has_checkpoints and not resuming:
+        raise TrainerAppError(
+            f"run_name={run_name!r} is invalid: {run_dir} holds checkpoints already; "
+            f"choose another run_name or pass resume={run_dir}"
+        )
+    for folder in (run_dir, logs_dir(run_dir), errors_dir(run_dir), checkpoint_dir(run_dir)):
+        folder.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+    return run_dir
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint of the highest iteration in a run folder, or None when it has none."""
+    found: list[tuple[int, Path]] = []
+    folder = checkpoint_dir(run_dir)
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = _CHECKPOINT.match(path.name)
+            if match:
+                found.append((int(match.group(1)), path))
+    return max(found)[1] if found else None
+
+
+def resolve_resume(target: str) -> tuple[Path, Path]:
+    """Turn ``resume=<run folder or checkpoint>`` into (checkpoint file, run folder it belongs to).
+
+    Raises:
+        TrainerAppError: The path does not exist, or the run folder holds no checkpoint.
+    """
+    path = Path(target).expanduser()
+    if path.is_file():
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        return path, run_dir
+    if path.is_dir():
+        run_dir = path.parent if path.name == "checkpoints" else path
+        latest = latest_checkpoint(run_dir)
+        if latest is None:
+            raise TrainerAppError(
+                f"resume={target!r} is invalid: {checkpoint_dir(run_dir)} holds no model_*.pt checkpoint; "
+                "pass a run folder that has saved at least one checkpoint, or a checkpoint file"
+            )
+        return latest, run_dir
+    raise TrainerAppError(
+        f"resume={target!r} is invalid: no such file or folder; pass a run folder (runs/<run>) "
+        "or a checkpoint file (runs/<run>/checkpoints/model_0001000.pt)"
+    )
