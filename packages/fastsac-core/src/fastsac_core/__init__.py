@@ -1,3 +1,54 @@
-"""fastsac-core."""
+"""fastsac-core: the FastSAC learner (torch only, no processes).
 
-__all__: list[str] = []
+The agent and its update steps, the replay buffer, the empirical normalizer with an exact
+cross-rank merge, gradient all-reduce without a DDP wrapper, checkpoints, and a standalone
+inference policy for collectors.
+"""
+
+from ._agent import FastSACAgent, UpdateNoise, build_actor, sync_normalizers
+from ._checkpoint import load_checkpoint, peek_checkpoint, save_checkpoint
+from ._distributed import all_reduce_grads, broadcast_tensors, sync_normalizer_stats
+from ._inference import InferencePolicy
+from ._networks import Actor, DistributionalCritic, project_distribution
+from ._normalizer import EmpiricalNormalizer, merge_normalizers
+from ._replay import Batch, ReplayBuffer
+from .config import FastSACConfig
+from .env import BatchedEnv, EnvDims, EnvFactory, StepResult
+from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
+
+__all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
+    # Contracts
+    "BatchedEnv",
+    "EnvDims",
+    "EnvFactory",
+    "FastSACConfig",
+    "StepResult",
+    # Agent
+    "FastSACAgent",
+    "InferencePolicy",
+    "UpdateNoise",
+    "build_actor",
+    # Networks
+    "Actor",
+    "DistributionalCritic",
+    "project_distribution",
+    # Data
+    "Batch",
+    "EmpiricalNormalizer",
+    "ReplayBuffer",
+    "merge_normalizers",
+    # Multi-learner
+    "all_reduce_grads",
+    "broadcast_tensors",
+    "sync_normalizer_stats",
+    "sync_normalizers",
+    # Checkpoints
+    "load_checkpoint",
+    "peek_checkpoint",
+    "save_checkpoint",
+    # Errors
+    "CheckpointError",
+    "ConfigError",
+    "FastSACCoreError",
+    "ReplayBufferError",
+]

@@ -1,0 +1,180 @@
+"""Checkpoints of the whole training state, written atomically.
+
+A checkpoint is one ``torch.save`` file holding: format tag, dims and config (as plain dicts), the
+agent's state (networks, targets, optimizers, log_alpha, GradScaler, normalizers, counters, optionally
+the replay data), the RNG states of torch (CPU and every CUDA device), numpy and python, and the
+caller's ``extra`` dict. It is written to a temporary file in the same folder, fsynced, then renamed
+over the destination, so a crash leaves either the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._agent import FastSACAgent
+from .exceptions import CheckpointError
+
+__all__ = ["load_checkpoint", "peek_checkpoint", "save_checkpoint"]
+
+FORMAT = "fastsac-core/checkpoint/1"
+
+
+def _rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    assert isinstance(keys, np.ndarray)
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []  # type: ignore[no-untyped-call]
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": cuda_states,
+        # numpy's state as tensors and plain numbers so the file loads with weights_only=True.
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "cached": cached,
+        },
+        "python": random.getstate(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    npy = state["numpy"]
+    keys = npy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((npy["kind"], keys, npy["pos"], npy["has_gauss"], npy["cached"]))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    agent: FastSACAgent,
+    *,
+    extra: dict[str, Any] | None = None,
+    include_buffer: bool = False,
+) -> Path:
+    """Write the whole training state of ``agent`` to ``path`` atomically.
+
+    Args:
+        path: Destination file (its folder is created).
+        agent: The agent to save.
+        extra: Caller's data (env steps, wall time, ...): plain Python values and tensors.
+        include_buffer: Also store the replay data (large; needed for a bit-identical resume).
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": FORMAT,
+        "dims": dataclasses.asdict(agent.dims),
+        "config": dataclasses.asdict(agent.cfg),
+        "counters": {"update_idx": agent.update_idx, "buffer_written": agent.buffer._written},
+        "agent": agent.state_dict(include_buffer=include_buffer),
+        "rng": _rng_state(),
+        "extra": extra or {},
+    }
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def _read(path: str | os.PathLike[str], map_location: Any, mmap: bool = False) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist; check the path (or resume=false)")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except Exception as exc:  # torch raises many types for a torn or foreign file
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} cannot be read ({type(exc).__name__}: {exc}); it is corrupt or not"
+            " a fastsac-core checkpoint: delete it or resume from an older one"
+        ) from exc
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        seen = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise CheckpointError(f"checkpoint {str(path)!r} has format {seen!r}; expected {FORMAT!r}")
+    return payload
+
+
+def peek_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Counters, dims, config and extra of a checkpoint, without building an agent."""
+    payload = _read(path, "cpu", mmap=True)
+    return {key: payload[key] for key in ("counters", "dims", "config", "extra")}
+
+
+def _check_shapes(where: str, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    missing = sorted(set(current) - set(saved))
+    unexpected = sorted(set(saved) - set(current))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {where} does not match this agent: missing {missing}, unexpected {unexpected};"
+            " build the agent with the config the checkpoint was saved with"
+        )
+    for key, value in current.items():
+        if isinstance(value, torch.Tensor) and tuple(saved[key].shape) != tuple(value.shape):
+            raise CheckpointError(
+                f"tensor {where}.{key} has shape {tuple(saved[key].shape)} in the checkpoint but"
+                f" {tuple(value.shape)} in this agent; build the agent with the checkpoint's dims and config"
+            )
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    agent: FastSACAgent,
+    *,
+    map_location: Any = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Restore ``agent`` (and the RNG states) from ``path``; return the checkpoint's ``extra``.
+
+    Raises:
+        CheckpointError: The file is missing or corrupt, or its tensors do not fit ``agent``
+            (the message names the tensor and both shapes).
+    """
+    payload = _read(path, map_location if map_location is not None else agent.device)
+    saved, current = payload["agent"], agent.state_dict(include_buffer=False)
+    for key in ("actor", "qf", "qf_target", "obs_normalizer", "critic_obs_normalizer"):
+        _check_shapes(key, saved[key], current[key])
+    buffer_saved, buffer_now = saved["buffer"], current["buffer"]
+    if (buffer_saved["num_envs"], buffer_saved["capacity"]) != (
+        buffer_now["num_envs"],
+        buffer_now["capacity"],
+    ):
+        raise CheckpointError(
+            f"replay buffer in checkpoint has num_envs={buffer_saved['num_envs']},"
+            f" capacity={buffer_saved['capacity']}; this agent has num_envs={buffer_now['num_envs']},"
+            f" capacity={buffer_now['capacity']}; use the same num_envs and buffer_size"
+        )
+    try:
+        agent.load_state_dict(saved)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} does not fit this agent: {exc}") from exc
+    if restore_rng:
+        _set_rng_state(payload["rng"])
+    extra: dict[str, Any] = payload["extra"]
+    return extra
