@@ -1,0 +1,140 @@
+"""Shared counters of a run: one int64 block in shared memory, every field with a single writer.
+
+# Note [control layout]
+The parent allocates one int64 tensor (``share_memory_()``, no named /dev/shm entry survives) and
+hands it to every worker at spawn. Fields and their only writer:
+
+    stop                 parent         set once; every worker stops when it reads 1
+    release_learners     parent         learners may exit (their collectors have exited; a CUDA-IPC
+                                        allocation must outlive its consumers)
+    global_step          learner 0      full batches seen (collector_steps // num_collectors)
+    updates              learner 0      gradient updates run
+    collector i: steps, weight_version, policy_lag, ring_fill      collector i
+    learner r: done      learner r
+
+Aligned 8-byte stores and loads are single-copy atomic on x86-64 and a single writer needs no
+read-modify-write, so no lock is taken anywhere (a dead lock holder cannot block the run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+__all__ = ["Control"]
+
+_STOP, _RELEASE, _GLOBAL_STEP, _UPDATES = 0, 1, 2, 3
+_HEADER = 8
+_PER_COLLECTOR = 4
+_STEPS, _VERSION, _LAG, _FILL = 0, 1, 2, 3
+
+
+class Control:
+    """Stop flag, step counters and per-collector gauges shared by the parent and its workers.
+
+    Args:
+        num_collectors: Collector processes.
+        num_learners: Learner processes.
+    """
+
+    def __init__(self, num_collectors: int, num_learners: int) -> None:
+        self.num_collectors = num_collectors
+        self.num_learners = num_learners
+        size = _HEADER + _PER_COLLECTOR * num_collectors + num_learners
+        self._tensor = torch.zeros(size, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._view: npt.NDArray[np.int64] = self._tensor.numpy()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"n": self.num_collectors, "l": self.num_learners, "t": self._tensor}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.num_collectors = state["n"]
+        self.num_learners = state["l"]
+        self._tensor = state["t"]
+        self._view = self._tensor.numpy()
+
+    def _c(self, index: int, field: int) -> int:
+        return _HEADER + _PER_COLLECTOR * index + field
+
+    # Parent-written.
+    def request_stop(self) -> None:
+        """Ask every worker to stop (parent only)."""
+        self._view[_STOP] = 1
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the parent asked every worker to stop."""
+        return bool(self._view[_STOP])
+
+    def release_learners(self) -> None:
+        """Let the learners exit (parent only, after the collectors have exited)."""
+        self._view[_RELEASE] = 1
+
+    @property
+    def learners_released(self) -> bool:
+        """True once learners may exit."""
+        return bool(self._view[_RELEASE])
+
+    def resume_collector_steps(self, steps: list[int]) -> None:
+        """Start the collector counters at ``steps`` (parent only, before spawning)."""
+        for i, value in enumerate(steps):
+            self._view[self._c(i, _STEPS)] = value
+
+    # Collector-written.
+    def set_collector_steps(self, index: int, steps: int) -> None:
+        """Collector ``index`` publishes its step count (collector ``index`` only)."""
+        self._view[self._c(index, _STEPS)] = steps
+
+    def set_collector_gauges(self, index: int, *, version: int, lag: int, ring_fill: int) -> None:
+        """Collector ``index`` publishes its weight version, policy lag and ring fill."""
+        self._view[self._c(index, _VERSION)] = version
+        self._view[self._c(index, _LAG)] = lag
+        self._view[self._c(index, _FILL)] = ring_fill
+
+    def collector_steps(self, index: int) -> int:
+        """Steps of collector ``index``."""
+        return int(self._view[self._c(index, _STEPS)])
+
+    def all_collector_steps(self) -> list[int]:
+        """Steps of every collector."""
+        return [self.collector_steps(i) for i in range(self.num_collectors)]
+
+    def total_collector_steps(self, indices: range | list[int] | None = None) -> int:
+        """Sum of the collectors' steps (all, or ``indices``)."""
+        chosen = range(self.num_collectors) if indices is None else indices
+        return sum(self.collector_steps(i) for i in chosen)
+
+    def gauges(self, index: int) -> tuple[int, int, int]:
+        """Collector ``index``'s (weight version, policy lag, ring fill)."""
+        return (
+            int(self._view[self._c(index, _VERSION)]),
+            int(self._view[self._c(index, _LAG)]),
+            int(self._view[self._c(index, _FILL)]),
+        )
+
+    # Learner-written.
+    def set_progress(self, *, global_step: int, updates: int) -> None:
+        """Learner 0 publishes the global step and its update count."""
+        self._view[_GLOBAL_STEP] = global_step
+        self._view[_UPDATES] = updates
+
+    @property
+    def global_step(self) -> int:
+        """Full batches seen by learner 0."""
+        return int(self._view[_GLOBAL_STEP])
+
+    @property
+    def updates(self) -> int:
+        """Updates run by learner 0."""
+        return int(self._view[_UPDATES])
+
+    def mark_learner_done(self, rank: int) -> None:
+        """Learner ``rank`` finished its loop."""
+        self._view[_HEADER + _PER_COLLECTOR * self.num_collectors + rank] = 1
+
+    def learner_done(self, rank: int) -> bool:
+        """True once learner ``rank`` finished its loop."""
+        return bool(self._view[_HEADER + _PER_COLLECTOR * self.num_collectors + rank])

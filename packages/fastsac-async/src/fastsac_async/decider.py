@@ -1,0 +1,158 @@
+"""How many updates a learner runs (``maybe_train``), decided in lockstep across ranks.
+
+# Note [training decision]
+``gstep = collector_steps // num_collectors`` counts full env batches collected so far. Nothing is
+owed before learning starts (``collector_steps >= learning_starts * num_collectors``); from then on
+``strict`` owes ``num_updates`` per gstep advanced (the first gstep at or past ``learning_starts``
+included, as the synchronous trainer does) and ``learner_bound`` owes ``num_updates`` whenever gstep
+advanced at all. Owed updates are kept while they cannot run (an empty replay buffer on any rank):
+samples are never dropped and the debt is never forgotten.
+
+Lockstep: every rank calls :meth:`TrainDecider.step` once per loop. It performs ONE small all-reduce
+of ``[new_updates (rank 0 only), stop votes, ranks without data]``, so rank 0 decides the count,
+every rank learns it, the run defers together while any rank still waits for data (each keeps
+draining meanwhile), and the stop is collective: no rank is ever left alone inside a collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from fastsac_async.collective import Collective
+from fastsac_async.exceptions import AsyncConfigError
+
+__all__ = ["Decision", "PublishCadence", "TrainDecider", "split_chunks"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What every rank does after one lockstep decision."""
+
+    run_updates: int
+    """Updates to run now (0 while deferred or gated)."""
+    owed: int
+    """Updates still owed after this decision (deferred ones included)."""
+    stop: bool
+    """Every rank stops after running ``run_updates``."""
+    gstep: int
+    """Rank 0's gstep behind this decision."""
+
+
+class TrainDecider:
+    """The ``maybe_train`` decision of one learner rank (see Note [training decision]).
+
+    Args:
+        collective: The ranks' collective (``SoloCollective`` for one learner).
+        num_collectors: Collectors of the whole run.
+        num_updates: Updates per gstep (``algo.agent.num_updates``).
+        learning_starts: Full batches of random actions before learning starts.
+        utd_mode: ``strict`` or ``learner_bound``.
+        start_gstep: gstep already trained for (a resumed run owes nothing for earlier batches).
+    """
+
+    def __init__(
+        self,
+        collective: Collective,
+        *,
+        num_collectors: int,
+        num_updates: int,
+        learning_starts: int,
+        utd_mode: Literal["strict", "learner_bound"],
+        start_gstep: int = 0,
+    ) -> None:
+        if utd_mode not in ("strict", "learner_bound"):
+            raise AsyncConfigError(
+                f"async_options.utd_mode={utd_mode!r} is not a mode; use 'strict' or 'learner_bound'"
+            )
+        if num_collectors < 1 or num_updates < 1:
+            raise AsyncConfigError(
+                f"num_collectors={num_collectors} and num_updates={num_updates} must be at least 1"
+            )
+        self._collective = collective
+        self._num_collectors = num_collectors
+        self._num_updates = num_updates
+        self._learning_starts = learning_starts
+        self._mode = utd_mode
+        # gsteps up to and including _last_gstep are paid for.
+        self._last_gstep = max(start_gstep, learning_starts - 1)
+        self._owed = 0
+
+    @property
+    def owed(self) -> int:
+        """Updates owed and not yet run."""
+        return self._owed
+
+    def learning(self, collector_steps: int) -> bool:
+        """True once learning has started for these collector steps."""
+        return collector_steps >= self._learning_starts * self._num_collectors
+
+    def new_updates(self, collector_steps: int) -> tuple[int, int]:
+        """Rank 0's count of newly owed updates for ``collector_steps`` (and the gstep); advances state."""
+        gstep = collector_steps // self._num_collectors
+        if not self.learning(collector_steps) or gstep <= self._last_gstep:
+            return 0, gstep
+        delta = gstep - self._last_gstep
+        self._last_gstep = gstep
+        return (self._num_updates * delta if self._mode == "strict" else self._num_updates), gstep
+
+    def step(self, *, collector_steps: int, has_data: bool, stop_vote: bool) -> Decision:
+        """One lockstep decision; every rank calls it once per loop.
+
+        Args:
+            collector_steps: Sum of the collectors' step counters as this rank reads them (only
+                rank 0's reading is used).
+            has_data: This rank's replay buffer can be sampled.
+            stop_vote: This rank wants to stop (rank 0: budget reached or stop requested; any rank:
+                stop requested).
+
+        Returns:
+            The decision, identical on every rank.
+        """
+        new, gstep = self.new_updates(collector_steps) if self._collective.rank == 0 else (0, 0)
+        total_new, stops, not_ready, gsteps = self._collective.all_reduce_sum(
+            [new, int(stop_vote), int(not has_data), gstep]
+        )
+        self._owed += total_new
+        run = self._owed if not_ready == 0 else 0
+        self._owed -= run
+        return Decision(run_updates=run, owed=self._owed, stop=stops > 0, gstep=gsteps)
+
+
+def split_chunks(updates: int, chunk: int) -> list[int]:
+    """``updates`` as consecutive chunks of at most ``chunk`` (``split_chunks(10, 4) == [4, 4, 2]``)."""
+    if chunk < 1:
+        raise AsyncConfigError(f"update chunk size must be at least 1, got {chunk}")
+    full, rest = divmod(updates, chunk)
+    return [chunk] * full + ([rest] if rest else [])
+
+
+class PublishCadence:
+    """Publish weights every ``interval`` updates, judged after each update chunk.
+
+    Args:
+        interval: ``async_options.weight_publish_interval``.
+    """
+
+    def __init__(self, interval: int) -> None:
+        if interval < 1:
+            raise AsyncConfigError(
+                f"async_options.weight_publish_interval={interval} must be at least 1; "
+                "use 1 to publish after every update"
+            )
+        self._interval = interval
+        self._updates = 0
+        self._published_at = 0
+
+    @property
+    def updates(self) -> int:
+        """Updates counted so far."""
+        return self._updates
+
+    def after(self, updates: int) -> bool:
+        """Count ``updates`` just run; True when a publish is due."""
+        self._updates += updates
+        if self._updates // self._interval > self._published_at // self._interval:
+            self._published_at = self._updates
+            return True
+        return False

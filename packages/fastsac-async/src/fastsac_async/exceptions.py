@@ -1,0 +1,71 @@
+"""Errors of the asynchronous engine: each names what went wrong, the value seen and what to do."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+__all__ = ["AsyncConfigError", "AsyncEngineError", "BootTimeoutError", "WorkerFailed"]
+
+
+class AsyncEngineError(RuntimeError):
+    """Base class of every error raised by fastsac-async."""
+
+
+class AsyncConfigError(AsyncEngineError, ValueError):
+    """An engine setting is invalid (the message names the setting, the value and the fix)."""
+
+
+class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the issue use)
+    """A worker process exited unexpectedly; the run was stopped.
+
+    Attributes:
+        worker: Name of the worker (``collector1``, ``learner0``).
+        exitcode: Its exit code; negative for death by signal (``-9`` for SIGKILL), None if unknown.
+        error_log: Path of its traceback file (``async_errors/<worker>_error.log``), which may not
+            exist when the worker was killed by a signal.
+        log_path: Path of its log file (``logs/<worker>.log``).
+    """
+
+    def __init__(
+        self, worker: str, exitcode: int | None, error_log: Path, log_path: Path, detail: str = ""
+    ) -> None:
+        self.worker = worker
+        self.exitcode = exitcode
+        self.error_log = error_log
+        self.log_path = log_path
+        super().__init__(
+            f"worker {worker} {describe_exit(exitcode)}; "
+            + (detail + "; " if detail else "")
+            + (
+                f"traceback in {error_log}"
+                if error_log.exists()
+                else f"no traceback was written (expected at {error_log})"
+            )
+            + f"; its log is {log_path}"
+        )
+
+
+class BootTimeoutError(AsyncEngineError):
+    """Workers did not report ready within ``async_options.boot_timeout_s``."""
+
+    def __init__(self, waiting_for: list[str], timeout_s: float, logs_dir: Path) -> None:
+        self.waiting_for = waiting_for
+        super().__init__(
+            f"workers {', '.join(waiting_for)} did not report ready within "
+            f"async_options.boot_timeout_s={timeout_s:g}; read their logs in {logs_dir} "
+            "or raise boot_timeout_s for slow first-time compilation"
+        )
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Human words for a process exit code (``exited with code 1``, ``was killed by signal 9 (SIGKILL)``)."""
+    if exitcode is None:
+        return "disappeared (exit status unknown)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
