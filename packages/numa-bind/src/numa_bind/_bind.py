@@ -147,15 +147,16 @@ def _bind(
         reason = f"binding is unsupported on {sys.platform}"
         _warn_once("unsupported", reason)
         return BindResult(cpus_applied=False, memory_applied=False, reason=reason)
-    chosen_cpus = None if cpus is None else _checked("cpus", cpus, bindable_cpus())
-    chosen_nodes = None if nodes is None else _checked("nodes", nodes, bindable_nodes())
-    if policy == "preferred" and chosen_nodes is not None and len(chosen_nodes) > 1:
+    node_set = None if nodes is None else tuple(sorted(set(nodes)))
+    if policy == "preferred" and node_set is not None and len(node_set) > 1:
         raise BindingError(
             "nodes",
-            chosen_nodes,
+            node_set,
             bindable_nodes(),
             "policy='preferred' takes one node; pass one or use 'interleave'",
         )
+    chosen_cpus = None if cpus is None else _checked("cpus", cpus, bindable_cpus())
+    chosen_nodes = None if node_set is None else _checked("nodes", node_set, bindable_nodes())
     cpu_reason = None if chosen_cpus is None else _apply_cpus(chosen_cpus, all_threads)
     mem_reason = None if chosen_nodes is None else _apply_memory(MODES[policy], chosen_nodes)
     reasons = [reason for reason in (cpu_reason, mem_reason) if reason is not None]
