@@ -20,7 +20,10 @@ def _write(path: Path, text: str) -> None:
 
 @pytest.fixture
 def sysfs_tree(tmp_path: Path) -> TreeBuilder:
-    """Build a sysfs tree: ``nodes`` maps node id -> (cpulist, MemTotal kB); ``pci`` maps bus id -> (numa_node, local_cpulist)."""
+    """Build a sysfs tree.
+
+    ``nodes`` maps node id -> (cpulist, MemTotal kB); ``pci`` maps bus id -> (numa_node, local_cpulist).
+    """
 
     def build(
         *,

@@ -108,7 +108,7 @@ def test_nothing_requested_applies_nothing() -> None:
 @linux_only
 @pytest.mark.parametrize("policy", ["bind", "preferred", "interleave"])
 def test_child_binds_to_node0(policy: str) -> None:
-    """In a spawned child, binding to node 0 sets every thread's affinity, the policy, and a fresh page's node."""
+    """In a spawned child, binding to node 0 sets all threads' affinity, the policy and a new page's node."""
     cpu = _node0_cpu()
     report = _run_child(bind_and_report, (cpu,), (0,), policy)
     if not report["memory_applied"]:
@@ -175,7 +175,7 @@ class _RefusingSyscalls(MempolicySyscalls):
 def test_kernel_refusal_warns_once_and_continues(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """EPERM from the kernel is not an error: one warning, the result reports memory unbound with the reason."""
+    """EPERM from the kernel is not an error: one warning; the result says memory is unbound, and why."""
     real = bind_module.syscalls()
     assert real is not None
     monkeypatch.setattr(bind_module, "syscalls", lambda: _RefusingSyscalls(*real))

@@ -38,7 +38,7 @@ def test_normalize_pci_bus_id(raw: str, normal: str) -> None:
 @pytest.mark.parametrize("raw", ["", "3b:00.0", "0000:3b:00", "0000:3g:00.0", "0000:3b:00.8"])
 def test_normalize_rejects_malformed_ids(raw: str) -> None:
     """A string that is not domain:bus:device.function raises ValueError naming it."""
-    with pytest.raises(ValueError, match="is not 'domain:bus:device.function'"):
+    with pytest.raises(ValueError, match=r"is not 'domain:bus:device\.function'"):
         normalize_pci_bus_id(raw)
 
 
@@ -120,7 +120,7 @@ def test_fastest_first_with_mixed_gpus_is_unknown(sysfs_tree: TreeBuilder, four_
 def test_visible_list_stops_at_first_invalid_entry(
     sysfs_tree: TreeBuilder, four_gpus: Any, visible: str, count: int
 ) -> None:
-    """Like CUDA, parsing stops at an entry naming no (or an already listed) device; MIG entries are unknown."""
+    """As in CUDA, parsing stops at an entry naming no (or a repeated) device; MIG entries are unknown."""
     localities = gpu_localities(
         sysfs_root=sysfs_tree(online="0-15"),
         cuda_visible_devices=visible,
@@ -134,7 +134,7 @@ def test_visible_list_stops_at_first_invalid_entry(
 
 
 def test_sysfs_fallback_when_nvml_has_no_node(sysfs_tree: TreeBuilder, four_gpus: Any) -> None:
-    """Where NVML cannot say (None), numa_node and local_cpulist come from sysfs under the normalised bus id."""
+    """Where NVML cannot say, numa_node and local_cpulist come from sysfs under the normalised bus id."""
     for gpu in four_gpus.gpus:
         gpu.numa_node = None
         gpu.affinity_masks = None
