@@ -1,3 +1,73 @@
-"""shm-transport."""
+"""shm-transport: lock-free SPSC transition rings, a seqlock weight channel and a startup handshake.
 
-__all__: list[str] = []
+Host shared memory everywhere (x86-64, Linux), CUDA IPC where the consumer and the producer share a
+GPU. torch and numpy only. See the package README for a two-process example and ``wiki/transport.md``
+in the fastsac repository for the protocols.
+"""
+
+from shm_transport._cleanup import SegmentInfo, cleanup_stale_segments, list_segments
+from shm_transport._cursors import RingCursors, RingCursorsHandle
+from shm_transport._handshake import StartupHandshake
+from shm_transport._host_ring import HostRing, HostRingHandle
+from shm_transport._host_weights import HostWeightReader, HostWeightWriter
+from shm_transport._ipc_probe import cuda_ipc_available
+from shm_transport._ipc_ring import CudaIpcProducerHandle, CudaIpcRing
+from shm_transport._ipc_weights import CudaIpcWeightHandle, CudaIpcWeightReader, CudaIpcWeightWriter
+from shm_transport._layout import FieldSpec, RingLayout, transition_layout
+from shm_transport._protocol import TransitionRing, WeightReader, WeightWriter
+from shm_transport._segment import SEGMENT_PREFIX
+from shm_transport._weight_channel import WeightChannel, WeightChannelHandle
+from shm_transport.exceptions import (
+    CudaIpcUnavailable,
+    HandshakeAborted,
+    HandshakeError,
+    HandshakeTimeout,
+    RingLayoutError,
+    SegmentError,
+    ShmTransportError,
+    UnsupportedPlatformError,
+    UnwrittenSlotError,
+)
+
+__all__ = [  # noqa: RUF022 (grouped by topic, not sorted)
+    # layouts
+    "FieldSpec",
+    "RingLayout",
+    "transition_layout",
+    # transition rings
+    "TransitionRing",
+    "HostRing",
+    "HostRingHandle",
+    "RingCursors",
+    "RingCursorsHandle",
+    "CudaIpcRing",
+    "CudaIpcProducerHandle",
+    "cuda_ipc_available",
+    # weight channel
+    "WeightWriter",
+    "WeightReader",
+    "WeightChannel",
+    "WeightChannelHandle",
+    "HostWeightWriter",
+    "HostWeightReader",
+    "CudaIpcWeightWriter",
+    "CudaIpcWeightReader",
+    "CudaIpcWeightHandle",
+    # startup handshake
+    "StartupHandshake",
+    # segment housekeeping
+    "SEGMENT_PREFIX",
+    "SegmentInfo",
+    "cleanup_stale_segments",
+    "list_segments",
+    # errors
+    "ShmTransportError",
+    "UnsupportedPlatformError",
+    "RingLayoutError",
+    "SegmentError",
+    "UnwrittenSlotError",
+    "CudaIpcUnavailable",
+    "HandshakeError",
+    "HandshakeTimeout",
+    "HandshakeAborted",
+]

@@ -1,0 +1,47 @@
+"""Whether CUDA IPC can carry ring slots or weights on a device, and why not."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from shm_transport.exceptions import CudaIpcUnavailable
+
+__all__ = ["cuda_ipc_available", "require_cuda_ipc"]
+
+_ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def cuda_ipc_available(device: torch.device | str | int) -> tuple[bool, str]:
+    """Probe CUDA IPC on ``device``: ``(True, "ok")`` or ``(False, reason)``.
+
+    Checks, in order: a CUDA device is visible; expandable segments are off (their IPC import needs
+    ``pidfd_getfd`` permissions that containers often deny, pytorch#165685); exporting an IPC handle
+    of a fresh allocation works (it fails on some virtualised GPUs, RL2#14).
+    """
+    if not torch.cuda.is_available():
+        return False, "torch.cuda.is_available() is False (no CUDA device or driver)"
+    for var in _ALLOC_CONF_VARS:
+        conf = os.environ.get(var, "")
+        if "expandable_segments:true" in conf.replace(" ", "").lower():
+            return False, (
+                f"{var}={conf!r} enables expandable segments, which CUDA IPC cannot share reliably; "
+                "unset expandable_segments to use CUDA-IPC transport"
+            )
+    try:
+        dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        probe = torch.zeros(1, device=dev)
+        probe.untyped_storage()._share_cuda_()  # type: ignore[no-untyped-call]
+    except (RuntimeError, AssertionError, ValueError) as error:
+        return False, f"exporting a CUDA IPC handle on {device!r} failed: {error}"
+    return True, "ok"
+
+
+def require_cuda_ipc(device: torch.device | str | int, what: str) -> None:
+    """Raise ``CudaIpcUnavailable`` naming ``what`` and the reason unless the probe passes."""
+    ok, reason = cuda_ipc_available(device)
+    if not ok:
+        raise CudaIpcUnavailable(
+            f"{what}: CUDA IPC is unavailable on {device!r}: {reason}; use the host transport"
+        )

@@ -1,0 +1,45 @@
+"""Bounded waiting with back-off, shared by every blocking call of the package."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+__all__ = ["Backoff"]
+
+_SPIN_ROUNDS = 64
+"""Yields before the first sleep: a consumer a few microseconds behind is caught without sleeping."""
+_FIRST_SLEEP_S = 20e-6
+_MAX_SLEEP_S = 1e-3
+"""Longest single sleep: bounds the added latency once the other side moves again."""
+
+
+class Backoff:
+    """Yield, then sleep with exponentially growing pauses, until a deadline or a stop request.
+
+    Usage: ``while not ready(): if not backoff.wait(): give up``.
+    """
+
+    def __init__(self, timeout_s: float, should_stop: Callable[[], bool] | None = None) -> None:
+        self._deadline = time.monotonic() + max(0.0, timeout_s)
+        self._should_stop = should_stop
+        self._rounds = 0
+        self.stopped = False
+        """Whether the last ``wait()`` returned False because ``should_stop()`` was true."""
+
+    def wait(self) -> bool:
+        """Pause once; False when the deadline passed or ``should_stop()`` is true (no pause then)."""
+        if self._should_stop is not None and self._should_stop():
+            self.stopped = True
+            return False
+        now = time.monotonic()
+        if now >= self._deadline:
+            return False
+        self._rounds += 1
+        if self._rounds <= _SPIN_ROUNDS:
+            os.sched_yield()
+        else:
+            pause = min(_MAX_SLEEP_S, _FIRST_SLEEP_S * 2.0 ** min(16, self._rounds - _SPIN_ROUNDS))
+            time.sleep(min(pause, self._deadline - now))
+        return True
