@@ -1,20 +1,249 @@
-"""Command line entry point of the trainer (``uv run trainer``)."""
+"""Command line entry point of the trainer: ``uv run trainer [task=NAME] [key=value ...]``.
+
+Subcommands are dispatched on the first argument before hydra sees anything: ``trainer eval ...``,
+``trainer export ...``, ``--help``. Everything else is a training run: compose and validate the
+config, create the run folder, print the placement, then run the synchronous or asynchronous
+trainer with the console and TensorBoard as reporters. A user's mistake exits with code 2 and
+one line on stderr, never a traceback.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "run_trainer", "train"]
 
-_HELP = """usage: trainer [task=NAME] [key=value ...]
+_log = logging.getLogger("trainer")
 
-FastSAC trainer. The full CLI (hydra configuration, tasks, live console) is being built;
-this entry point currently only prints this help.
+EXIT_USAGE = 2
+"""Exit code of an invalid command line or config."""
+EXIT_FAILED = 1
+"""Exit code of a run whose worker failed."""
+EXIT_ABORTED = 130
+"""Exit code after a second Ctrl+C."""
+
+_OVERRIDES_FILE = "overrides.txt"
+
+
+def _help() -> str:
+    from trainer.config.store import DEFAULT_TASK
+    from trainer.tasks import TASKS
+
+    marks = {DEFAULT_TASK: " (default)"}
+    tasks = "\n".join(
+        f"  {name:<12} {spec.description} [{spec.num_envs} envs]{marks.get(name, '')}"
+        for name, spec in TASKS.items()
+    )
+    return f"""usage: trainer [task=NAME] [key=value ...]        train (hydra overrides)
+       trainer --cfg job [key=value ...]           print the resolved config and exit
+       trainer eval checkpoint=PATH [episodes=N]   run the deterministic policy, print the mean return
+       trainer export checkpoint=PATH [format=onnx] [out=FILE]   write the policy for deployment
+
+Asynchronous FastSAC: collector processes step MuJoCo envs on CPUs while learner processes
+update on GPUs (or the CPU). Runs go to runs/<run>/ (config.yaml, logs/, async_errors/,
+checkpoints/, TensorBoard events).
+
+tasks (task=NAME):
+{tasks}
+
+important options:
+  algo.trainer.asynchronous=true|false             async collectors+learners, or the one-process loop
+  algo.trainer.device=auto|cpu|cuda|cuda:N         learner device (auto: cuda when available)
+  algo.trainer.num_learning_iterations=N           budget in iterations of task.num_envs transitions
+  algo.trainer.time_limit_s=S                      stop after S seconds of training (final checkpoint)
+  algo.trainer.logging_interval=N / save_interval=N
+  algo.trainer.async_options.num_collectors=N      collector processes (task.num_envs % N == 0)
+  algo.trainer.async_options.num_learners=N        learner processes, one per GPU (DDP)
+  algo.trainer.async_options.learner_devices=[cuda:0,cuda:1]
+  algo.trainer.async_options.cpus_per_collector=N  pin each collector to N CPUs of its NUMA node
+  algo.trainer.async_options.ring_capacity=N       slots per collector ring
+  algo.trainer.async_options.utd_mode=strict|learner_bound
+  algo.trainer.async_options.collector_inference_device=auto|cpu|cuda[:N]
+  algo.trainer.async_options.transition_ipc=auto|on|off / weight_ipc=auto|on|off
+  algo.agent.KEY=VALUE                             FastSAC hyper-parameters (batch_size, num_updates, ...)
+  task.num_envs=N  seed=N  run_name=NAME  runs_root=DIR  console=auto|rich|plain
+  resume=RUN_FOLDER|CHECKPOINT                     continue a run (steps, optimizers, normalizers)
+
+Ctrl+C once: stop with a final checkpoint; twice: abort.  Keys 1/2/3 switch console tabs.
+`trainer --cfg job` lists every key with its value.  Guide: wiki/trainer.md
 """
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the trainer CLI."""
-    args = sys.argv[1:] if argv is None else argv
-    sys.stdout.write(_HELP)
-    raise SystemExit(0 if (not args or args[0] in {"-h", "--help"}) else 2)
+    """Run the trainer CLI and exit with its status."""
+    from trainer.config.exceptions import TrainerAppError
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        code = _dispatch(args)
+    except TrainerAppError as error:
+        sys.stderr.write(f"error: {error}\n")
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("aborted (second Ctrl+C); the last saved checkpoint is intact\n")
+        code = EXIT_ABORTED
+    sys.stdout.flush()
+    raise SystemExit(code)
+
+
+def _dispatch(args: list[str]) -> int:
+    if args and args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(_help())
+        return 0
+    if args and args[0] == "eval":
+        from trainer.evaluate import eval_main
+
+        return eval_main(args[1:])
+    if args and args[0] == "export":
+        from trainer.export import export_main
+
+        return export_main(args[1:])
+    if "--help" in args or "-h" in args:
+        sys.stdout.write(_help())
+        return 0
+    if "--cfg" in args:
+        at = args.index("--cfg")
+        what = args[at + 1] if at + 1 < len(args) else ""
+        if what != "job":
+            from trainer.config.exceptions import TrainerAppError
+
+            raise TrainerAppError(f"--cfg {what!r} is not supported; use `--cfg job`")
+        return _print_config(args[:at] + args[at + 2 :])
+    return train(args)
+
+
+def _composed(overrides: list[str]) -> tuple[Any, Path | None, Path | None]:
+    """(resolved run, checkpoint to resume from, run folder of that checkpoint)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from trainer.config.compose import compose_config, explicit_keys
+    from trainer.config.resolve import resolve_run
+    from trainer.run_dir import resolve_resume
+
+    composed = compose_config(overrides)
+    resume_from = previous_run = None
+    if composed.resume:
+        resume_from, previous_run = resolve_resume(str(composed.resume))
+        saved = previous_run / _OVERRIDES_FILE
+        if saved.is_file():
+            # The resumed run starts from the original run's overrides; new ones win.
+            lines = saved.read_text().splitlines()
+            kept = [o for o in lines if o and not o.startswith(("resume=", "run_name="))]
+            overrides = kept + overrides
+            composed = compose_config(overrides)
+    cfg: dict[str, Any] = OmegaConf.to_container(composed, resolve=True)  # type: ignore[assignment]
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    run = resolve_run(cfg, explicit=explicit_keys(overrides), cuda_count=cuda_count)
+    return run, resume_from, previous_run
+
+
+def _print_config(overrides: list[str]) -> int:
+    from omegaconf import OmegaConf
+
+    run, _, _ = _composed(overrides)
+    sys.stdout.write(OmegaConf.to_yaml(run.config))
+    return 0
+
+
+def train(overrides: list[str]) -> int:
+    """One training run from command-line overrides; returns the exit code."""
+    from omegaconf import OmegaConf
+
+    from trainer.config.placement import describe_placement
+    from trainer.run_dir import create_run_dir, default_run_name
+
+    run, resume_from, previous_run = _composed(overrides)
+    placement = describe_placement(run)
+    cfg = run.config
+    if cfg["run_name"] is None and previous_run is not None:
+        run_dir = previous_run
+    else:
+        run_dir = Path(cfg["runs_root"]) / (cfg["run_name"] or default_run_name(run.task_name))
+    run_dir = create_run_dir(
+        run_dir.parent, run_dir.name, OmegaConf.to_yaml(cfg), resuming=run_dir == previous_run
+    )
+    own = [o for o in overrides if not o.startswith("resume=")]
+    (run_dir / _OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in own), encoding="utf-8")
+    plan = run.plan(run_dir, resume_from)
+    out = sys.stdout
+    for note in run.notes:
+        out.write(f"{note}\n")
+    out.write(f"{placement}\n")
+    out.write(f"run folder: {run_dir}\n")
+    if resume_from is not None:
+        out.write(f"resuming from {resume_from}\n")
+    out.flush()
+    return _run_with_console(plan, cfg["console"])
+
+
+def _run_with_console(plan: Any, console_mode: str) -> int:
+    from trainer.console import ConsoleLogHandler, FanOut, StopRequest, open_console
+    from trainer.tensorboard import TensorBoardReporter
+
+    console = open_console(console_mode, title=f"{plan.task_name}/fastsac")
+    handler = ConsoleLogHandler(console)
+    root = logging.getLogger()
+    previous_level = root.level
+    tensorboard = TensorBoardReporter(plan.run_dir)
+    try:
+        with console, StopRequest(on_first=console.stop_requested) as stop:
+            root.addHandler(handler)
+            root.setLevel(logging.INFO)
+            result = run_trainer(plan, FanOut([console, tensorboard]), stop, console)
+    except Exception as error:
+        if console.failure is None:
+            raise
+        _log.debug("boot failed", exc_info=error)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
+        tensorboard.close()
+    if console.failure is not None:
+        sys.stderr.write(f"error: {console.failure.line()}\n")
+        return EXIT_FAILED
+    sys.stdout.write(f"done: {_summary(result)}; run folder {plan.run_dir}\n")
+    return 0
+
+
+def _summary(result: object) -> str:
+    """A short line about the trainer's result, whatever shape it has."""
+    if result is None:
+        return "training finished"
+    fields = getattr(result, "__dataclass_fields__", None)
+    if fields:
+        parts = [f"{name}={getattr(result, name)}" for name in fields if not name.startswith("_")]
+        return ", ".join(parts[:6])
+    return str(result)
+
+
+def run_trainer(plan: Any, reporter: Any, should_stop: Callable[[], bool], boot_view: Any) -> object:
+    """Run the trainer the plan asks for and return its result.
+
+    The synchronous trainer is ``trainer.sync_trainer.run_sync(plan, reporter, should_stop=...)``;
+    the asynchronous one is ``trainer.async_trainer.run_async(plan, reporter, should_stop=...,
+    boot_view=...)`` (imported lazily, so the sync path never imports the async engine).
+
+    Raises:
+        TrainerAppError: The asynchronous trainer is not part of this build.
+    """
+    from trainer.config.exceptions import TrainerAppError
+
+    if not plan.asynchronous:
+        from trainer.sync_trainer import run_sync
+
+        return run_sync(plan, reporter, should_stop=should_stop)
+    try:
+        from trainer.async_trainer import run_async
+    except ModuleNotFoundError as error:
+        if error.name != "trainer.async_trainer":
+            raise
+        raise TrainerAppError(
+            "algo.trainer.asynchronous=True is invalid: the asynchronous trainer is not in this build; "
+            "use algo.trainer.asynchronous=false"
+        ) from None
+    return run_async(plan, reporter, should_stop=should_stop, boot_view=boot_view)

@@ -1,0 +1,159 @@
+"""From the composed hydra config to a validated run: devices, the CPU profile, library configs.
+
+The result, :class:`ResolvedRun`, is everything a :class:`~trainer.plan.RunPlan` needs except the
+run folder, so nothing is created on disk until the whole config is known to be valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastsac_async.config import AsyncOptions
+from fastsac_core.config import FastSACConfig
+from fastsac_core.env import EnvDims
+from trainer.config.exceptions import TrainerAppError
+from trainer.config.validate import validate_config
+from trainer.plan import RunPlan
+from trainer.tasks import MujocoEnvFactory, TaskError, get_task, probe_dims
+
+__all__ = ["CPU_PROFILE", "ResolvedRun", "apply_cpu_profile", "resolve_device", "resolve_run"]
+
+CPU_PROFILE: dict[str, int] = {
+    "task.num_envs": 32,
+    "algo.agent.batch_size": 1024,
+    "algo.agent.num_updates": 2,
+}
+"""Caps applied when the learner runs on the CPU, to keys the user did not set: a 2-core laptop
+makes visible progress on the default task (a few iterations per second instead of one every
+few seconds). The networks and every other hyper-parameter keep the task's values."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedRun:
+    """A validated configuration: the library configs, the resolved device, the probed task."""
+
+    config: dict[str, Any]
+    """The composed config as plain containers, after the CPU profile (what ``config.yaml`` holds)."""
+    task_name: str
+    """Task name."""
+    env_factory: MujocoEnvFactory
+    """Picklable env factory of the task."""
+    dims: EnvDims
+    """Dimensions probed from one env."""
+    agent: FastSACConfig
+    """FastSAC hyper-parameters."""
+    async_options: AsyncOptions
+    """Asynchronous options."""
+    device: str
+    """Resolved trainer device (``cpu`` or ``cuda:N``)."""
+    notes: tuple[str, ...] = ()
+    """Lines for the console about what was adjusted (the CPU profile)."""
+
+    def plan(self, run_dir: Path, resume_from: Path | None) -> RunPlan:
+        """The :class:`RunPlan` of this run, writing into ``run_dir``."""
+        trainer = self.config["algo"]["trainer"]
+        return RunPlan(
+            task_name=self.task_name,
+            env_factory=self.env_factory,
+            dims=self.dims,
+            num_envs=self.config["task"]["num_envs"],
+            agent=self.agent,
+            async_options=self.async_options,
+            asynchronous=trainer["asynchronous"],
+            device=self.device,
+            seed=self.config["seed"],
+            num_iterations=trainer["num_learning_iterations"],
+            time_limit_s=trainer["time_limit_s"],
+            logging_interval=trainer["logging_interval"],
+            save_interval=trainer["save_interval"],
+            run_dir=run_dir,
+            resume_from=resume_from,
+        )
+
+
+def resolve_device(spec: str, cuda_count: int) -> str:
+    """``auto`` -> ``cuda:0`` when CUDA is available else ``cpu``; ``cuda`` -> ``cuda:0``."""
+    if spec == "auto":
+        return "cuda:0" if cuda_count > 0 else "cpu"
+    return "cuda:0" if spec == "cuda" else spec
+
+
+def apply_cpu_profile(cfg: dict[str, Any], explicit: frozenset[str]) -> list[str]:
+    """Cap the :data:`CPU_PROFILE` keys the user did not set; returns one note per change."""
+    notes = []
+    learners = cfg["algo"]["trainer"]["async_options"]["num_learners"]
+    collectors = cfg["algo"]["trainer"]["async_options"]["num_collectors"]
+    for path, cap in CPU_PROFILE.items():
+        if path in explicit:
+            continue
+        *parents, leaf = path.split(".")
+        node = cfg
+        for part in parents:
+            node = node[part]
+        multiple = collectors if path == "task.num_envs" else learners if leaf == "batch_size" else 1
+        capped = max(cap - cap % multiple, multiple)
+        if node[leaf] > capped:
+            notes.append(f"{path} {node[leaf]}->{capped}")
+            node[leaf] = capped
+    return notes
+
+
+def _library_config(cls: type[Any], setting: str, values: dict[str, Any]) -> Any:
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:
+        raise TrainerAppError(f"{setting}: {error}") from None
+
+
+def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: int) -> ResolvedRun:
+    """Validate ``cfg`` (plain containers, modified in place) and resolve it into a run.
+
+    Args:
+        cfg: The composed config (``OmegaConf.to_container(..., resolve=True)``).
+        explicit: Keys the user set on the command line (kept by the CPU profile).
+        cuda_count: CUDA devices visible (``torch.cuda.device_count()``).
+
+    Raises:
+        TrainerAppError: Any invalid value (one line: the setting, the value seen, the fix).
+    """
+    validate_config(cfg, cuda_count)
+    trainer = cfg["algo"]["trainer"]
+    device = resolve_device(trainer["device"], cuda_count)
+    notes: list[str] = []
+    if device == "cpu":
+        changed = apply_cpu_profile(cfg, explicit)
+        if changed:
+            notes.append(
+                f"cpu learner: scaled {', '.join(changed)} "
+                "(set these keys explicitly to keep the task's values)"
+            )
+    try:
+        get_task(cfg["task"]["name"])
+    except TaskError as error:
+        raise TrainerAppError(str(error)) from None
+    task = cfg["task"]
+    factory = MujocoEnvFactory(env_id=task["env_id"], max_episode_steps=task["max_episode_steps"])
+    try:
+        dims = probe_dims(factory)
+    except Exception as error:  # gymnasium raises many types for a bad id; the user sees one line.
+        raise TrainerAppError(
+            f"task.env_id={cfg['task']['env_id']!r} is invalid: {str(error).splitlines()[0]}; "
+            "use a gymnasium MuJoCo id such as Humanoid-v5"
+        ) from None
+    opts = dict(trainer["async_options"])
+    if opts["learner_devices"] is not None:
+        opts["learner_devices"] = tuple(opts["learner_devices"])
+    async_options = _library_config(AsyncOptions, "algo.trainer.async_options", opts)
+    agent = _library_config(FastSACConfig, "algo.agent", dict(cfg["algo"]["agent"]))
+    return ResolvedRun(
+        config=cfg,
+        task_name=cfg["task"]["name"],
+        env_factory=factory,
+        dims=dims,
+        agent=agent,
+        async_options=async_options,
+        device=device,
+        notes=tuple(notes),
+    )
