@@ -1,0 +1,184 @@
+"""The parent's side of worker supervision: spawn, monitor, and a bounded, idempotent shutdown.
+
+Workers are spawned (never forked) as daemonic processes with keyword arguments only. The monitor
+treats any worker that exits with a non-zero code (a raised exception, or death by a signal) as
+fatal: the caller stops everything and raises :class:`~fastsac_async.exceptions.WorkerFailed`
+naming the worker, its exit status and its error log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from fastsac_async.exceptions import WorkerFailed
+from fastsac_async.worker_process import error_log_path, log_path, worker_environment
+
+__all__ = ["Supervisor", "WorkerExit"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    """A worker that has exited."""
+
+    name: str
+    """Worker name."""
+    exitcode: int | None
+    """Exit code (negative: killed by that signal)."""
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Supervisor:
+    """Spawns named workers and watches them.
+
+    Args:
+        run_dir: The run folder (``logs/`` and ``async_errors/`` live under it).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._ctx = mp.get_context("spawn")
+        self._procs: dict[str, BaseProcess] = {}
+        self._reported: set[str] = set()
+        self._shut_down = False
+
+    @property
+    def context(self) -> Any:
+        """The spawn context (for queues shared with the workers)."""
+        return self._ctx
+
+    @property
+    def names(self) -> list[str]:
+        """Workers in spawn order."""
+        return list(self._procs)
+
+    def spawn(
+        self,
+        name: str,
+        target: Callable[..., None],
+        kwargs: dict[str, Any],
+        *,
+        threads: int,
+        placement: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    ) -> None:
+        """Start worker ``name`` running ``target(**kwargs, name=, run_dir=, parent_pid=, threads=)``.
+
+        Args:
+            name: Worker name.
+            target: Entry point (a module-level function taking keyword arguments only).
+            kwargs: Its keyword arguments.
+            threads: Its intra-op threads (also sets the OpenMP variables before its torch import).
+            placement: Context in which to start it (e.g. ``numa_bind.bound_for_child(node)``).
+        """
+        full = dict(kwargs, name=name, run_dir=self.run_dir, parent_pid=os.getpid(), threads=threads)
+        log_path(self.run_dir, name).parent.mkdir(parents=True, exist_ok=True)
+        proc = self._ctx.Process(target=target, kwargs=full, name=name, daemon=True)
+        with (
+            _environment(worker_environment(threads)),
+            placement() if placement else contextlib.nullcontext(),
+        ):
+            proc.start()
+        self._procs[name] = proc
+        _log.info("spawned %s (pid %s)", name, proc.pid)
+
+    def pid(self, name: str) -> int | None:
+        """Process id of ``name``."""
+        return self._procs[name].pid
+
+    def exitcode(self, name: str) -> int | None:
+        """Exit code of ``name``, None while it runs."""
+        return self._procs[name].exitcode
+
+    def alive(self, names: list[str] | None = None) -> list[str]:
+        """Workers still running (of ``names``, or all)."""
+        chosen = self._procs if names is None else names
+        return [n for n in chosen if self._procs[n].exitcode is None]
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until some worker exits or ``timeout_s`` passes."""
+        sentinels = [p.sentinel for p in self._procs.values() if p.exitcode is None]
+        if sentinels:
+            multiprocessing.connection.wait(sentinels, timeout_s)
+        else:
+            time.sleep(timeout_s)
+
+    def new_exits(self) -> list[WorkerExit]:
+        """Workers that exited since the last call."""
+        out = []
+        for name, proc in self._procs.items():
+            if name not in self._reported and proc.exitcode is not None:
+                self._reported.add(name)
+                out.append(WorkerExit(name, proc.exitcode))
+        return out
+
+    def failure(self, exit_: WorkerExit, detail: str = "") -> WorkerFailed:
+        """The error describing a failed worker."""
+        return WorkerFailed(
+            exit_.name,
+            exit_.exitcode,
+            error_log_path(self.run_dir, exit_.name),
+            log_path(self.run_dir, exit_.name),
+            detail,
+        )
+
+    def join(self, names: list[str], deadline: float) -> None:
+        """Join ``names`` until ``deadline`` (time.monotonic)."""
+        for name in names:
+            self._procs[name].join(max(0.0, deadline - time.monotonic()))
+
+    def shutdown(self, order: list[list[str]], timeout_s: float, before_group: Callable[[int], None]) -> None:
+        """Stop every worker within about ``timeout_s``: join each group, then terminate, then kill.
+
+        Idempotent. ``before_group(i)`` runs before group ``i`` is joined (e.g. to release learners
+        once the collectors are gone). Every stage is isolated, so one failure cannot skip the rest.
+
+        Args:
+            order: Groups of workers to join in turn (collectors first, then learners).
+            timeout_s: Total budget of the graceful joins.
+            before_group: Hook called with the group index.
+        """
+        if self._shut_down:
+            return
+        self._shut_down = True
+        deadline = time.monotonic() + timeout_s
+        for i, group in enumerate(order):
+            try:
+                before_group(i)
+            except Exception:
+                _log.exception("shutdown hook %d failed", i)
+            share = (deadline - time.monotonic()) / max(1, len(order) - i)
+            self.join(group, time.monotonic() + max(0.0, share))
+        for sig_name, stop in (("terminate", BaseProcess.terminate), ("kill", BaseProcess.kill)):
+            left = [p for p in self._procs.values() if p.exitcode is None]
+            if not left:
+                break
+            _log.warning("%s: %s", sig_name, ", ".join(p.name for p in left))
+            for proc in left:
+                with contextlib.suppress(Exception):
+                    stop(proc)
+            for proc in left:
+                proc.join(2.0)

@@ -1,0 +1,180 @@
+"""Test doubles that ship with the package (importable by spawned children and other packages' tests).
+
+:class:`FakeBatchedEnv` is a tiny deterministic :class:`~fastsac_core.env.BatchedEnv`; the
+``*_worker`` functions are worker entry points used to test supervision.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from fastsac_async.worker_process import worker_process
+from fastsac_core.env import BatchedEnv, EnvDims, StepResult
+
+__all__ = [
+    "FakeBatchedEnv",
+    "FakeEnvFactory",
+    "failing_worker",
+    "orphaning_parent",
+    "sleeping_worker",
+]
+
+F32 = npt.NDArray[np.float32]
+
+
+class FakeBatchedEnv:
+    """Deterministic batched env: obs encode (seed, env, step); episodes end every ``episode_len`` steps.
+
+    Args:
+        num_envs: Envs in the batch.
+        seed: Seed (enters the observations, so shards with different seeds differ).
+        obs_dim: Observation length (at least 3).
+        act_dim: Action length.
+        episode_len: Steps per episode (ends by truncation, or termination on odd envs).
+        step_delay_s: Sleep per step (to emulate a slow simulator).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        seed: int,
+        *,
+        obs_dim: int = 5,
+        act_dim: int = 2,
+        episode_len: int = 7,
+        step_delay_s: float = 0.0,
+    ) -> None:
+        self._n = num_envs
+        self._seed = seed
+        self._dims = EnvDims(
+            obs_dim=obs_dim,
+            critic_obs_dim=obs_dim + 1,
+            act_dim=act_dim,
+            action_low=(-1.0,) * act_dim,
+            action_high=(1.0,) * act_dim,
+        )
+        self._episode_len = episode_len
+        self._delay = step_delay_s
+        self._t = np.zeros(num_envs, dtype=np.int64)
+        self._ret = np.zeros(num_envs, dtype=np.float32)
+        self._rng = np.random.default_rng(seed)
+        self._steps = 0
+
+    @property
+    def num_envs(self) -> int:
+        """Envs in the batch."""
+        return self._n
+
+    @property
+    def dims(self) -> EnvDims:
+        """Dimensions and bounds."""
+        return self._dims
+
+    def _obs(self) -> tuple[F32, F32]:
+        obs = np.zeros((self._n, self._dims.obs_dim), dtype=np.float32)
+        obs[:, 0] = self._seed
+        obs[:, 1] = np.arange(self._n)
+        obs[:, 2] = self._t
+        obs[:, 3:] = self._steps % 97
+        critic = np.concatenate([obs, np.full((self._n, 1), 0.5, dtype=np.float32)], axis=1)
+        return obs, critic
+
+    def reset(self, seed: int | None = None) -> tuple[F32, F32]:
+        """Reset every env."""
+        self._t[:] = 0
+        self._ret[:] = 0
+        return self._obs()
+
+    def step(self, actions: F32) -> StepResult:
+        """Step every env; ended envs auto-reset."""
+        if self._delay:
+            time.sleep(self._delay)
+        self._steps += 1
+        self._t += 1
+        rewards = (1.0 - np.square(actions).mean(axis=1)).astype(np.float32)
+        self._ret += rewards
+        ended = self._t >= self._episode_len
+        odd = (np.arange(self._n) % 2).astype(bool)
+        terminated = ended & odd
+        truncated = ended & ~odd
+        final_obs, _ = self._obs()
+        returns = self._ret[ended].copy()
+        lengths = self._t[ended].copy()
+        self._t[ended] = 0
+        self._ret[ended] = 0
+        obs, critic = self._obs()
+        return StepResult(
+            obs=obs,
+            critic_obs=critic,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            episode_returns=returns,
+            episode_lengths=lengths,
+        )
+
+    def sample_actions(self) -> F32:
+        """Uniform random actions in [-1, 1]."""
+        return self._rng.uniform(-1.0, 1.0, (self._n, self._dims.act_dim)).astype(np.float32)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass(frozen=True)
+class FakeEnvFactory:
+    """Picklable ``(num_envs, seed) -> FakeBatchedEnv``."""
+
+    obs_dim: int = 5
+    """Observation length."""
+    act_dim: int = 2
+    """Action length."""
+    episode_len: int = 7
+    """Steps per episode."""
+    step_delay_s: float = 0.0
+    """Sleep per step."""
+
+    def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
+        """Build the env."""
+        return FakeBatchedEnv(
+            num_envs,
+            seed,
+            obs_dim=self.obs_dim,
+            act_dim=self.act_dim,
+            episode_len=self.episode_len,
+            step_delay_s=self.step_delay_s,
+        )
+
+
+def sleeping_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, seconds: float) -> None:
+    """Worker that prints a line and sleeps (killed by tests)."""
+    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+        print(f"{name} sleeping", flush=True)  # noqa: T201 - checks the stdout redirect
+        time.sleep(seconds)
+
+
+def failing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, message: str) -> None:
+    """Worker that raises ``RuntimeError(message)``."""
+    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+        raise RuntimeError(message)
+
+
+def orphaning_parent(*, run_dir: Path, pid_file: Path) -> None:
+    """A parent that spawns a sleeping worker, records its pid, then waits to be killed."""
+    from fastsac_async.supervisor import Supervisor
+
+    sup = Supervisor(run_dir)
+    sup.spawn("orphan", sleeping_worker, {"seconds": 60.0}, threads=1)
+    while not (run_dir / "logs" / "orphan.log").exists():
+        time.sleep(0.05)
+    pid_file.write_text(str(sup.pid("orphan")))
+    time.sleep(60.0)
+    os.kill(os.getpid(), signal.SIGKILL)

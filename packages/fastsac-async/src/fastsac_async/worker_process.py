@@ -1,0 +1,128 @@
+"""What every worker process does first, and how its end is recorded.
+
+:func:`worker_process` wraps the body of a worker entry point. In order, it:
+
+1. ties the worker's life to its parent: ``PR_SET_PDEATHSIG(SIGKILL)`` through ``prctl``, then a
+   re-check of ``os.getppid()`` (the parent may have died before the call; the signal would never
+   come), then a daemon watchdog thread that polls the parent's pid (covers non-Linux and a parent
+   thread that exits while the process lives: PDEATHSIG follows the creating *thread*);
+2. ignores SIGINT (the parent owns Ctrl+C and stops the workers through the shared stop flag);
+3. redirects fd 1 and 2 and ``logging`` to ``runs/<run>/logs/<worker>.log``;
+4. sets torch's thread count (the OpenMP variables were already set in its environment by the
+   parent, before torch was imported: see :func:`worker_environment`);
+5. on an uncaught exception, writes the full traceback to ``runs/<run>/async_errors/<worker>_error.log``
+   and exits with code 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+__all__ = ["error_log_path", "log_path", "worker_environment", "worker_process"]
+
+_PR_SET_PDEATHSIG = 1
+_log = logging.getLogger(__name__)
+
+
+def log_path(run_dir: Path, worker: str) -> Path:
+    """``runs/<run>/logs/<worker>.log``."""
+    return run_dir / "logs" / f"{worker}.log"
+
+
+def error_log_path(run_dir: Path, worker: str) -> Path:
+    """``runs/<run>/async_errors/<worker>_error.log``."""
+    return run_dir / "async_errors" / f"{worker}_error.log"
+
+
+def worker_environment(threads: int) -> dict[str, str]:
+    """Environment variables a worker needs before torch is imported (set by the parent at spawn)."""
+    n = str(max(1, threads))
+    return {
+        "OMP_NUM_THREADS": n,
+        "MKL_NUM_THREADS": n,
+        "OPENBLAS_NUM_THREADS": n,
+        "OMP_WAIT_POLICY": "PASSIVE",
+        # Inductor's parallel compile workers are extra processes; keep compilation in-process.
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    }
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            _log.warning("prctl(PR_SET_PDEATHSIG) unavailable; relying on the parent watchdog")
+    # Race: the parent may have died before prctl ran, and then the signal never comes.
+    if os.getppid() != parent_pid:
+        os._exit(70)
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent_pid:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _redirect_output(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
+@contextlib.contextmanager
+def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -> Iterator[None]:
+    """Run a worker body with the lifecycle rules of this module.
+
+    Args:
+        name: Worker name (``collector0``, ``learner1``): names its log and error files.
+        run_dir: The run folder.
+        parent_pid: Pid of the parent that must outlive the worker.
+        threads: torch intra-op threads of this worker.
+    """
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _redirect_output(log_path(run_dir, name))
+    torch.set_num_threads(max(1, threads))
+    _log.info("%s started (pid %d, %d torch threads)", name, os.getpid(), torch.get_num_threads())
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            raise
+        path = error_log_path(run_dir, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{name} (pid {os.getpid()}) failed:\n{traceback.format_exc()}")
+        _log.exception("%s failed; traceback written to %s", name, path)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+    _log.info("%s finished", name)

@@ -1,0 +1,88 @@
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+from fastsac_async.supervisor import Supervisor, WorkerExit
+from fastsac_async.testing import failing_worker, orphaning_parent, sleeping_worker
+
+
+def _wait_exit(sup: Supervisor, timeout_s: float) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        exits = sup.new_exits()
+        if exits:
+            return [e.name for e in exits]
+        sup.wait(0.1)
+    return []
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_exception_writes_traceback_and_names_the_worker(tmp_path: Path) -> None:
+    """A raising worker exits 1, its error log holds the traceback, and the failure names both."""
+    sup = Supervisor(tmp_path)
+    sup.spawn("collector3", failing_worker, {"message": "boom in env"}, threads=1)
+    assert _wait_exit(sup, 60) == ["collector3"]
+    assert sup.exitcode("collector3") == 1
+    error_log = tmp_path / "async_errors" / "collector3_error.log"
+    text = error_log.read_text()
+    assert "Traceback" in text and "RuntimeError: boom in env" in text
+    message = str(sup.failure(WorkerExit("collector3", sup.exitcode("collector3"))))
+    assert "collector3" in message and "exited with code 1" in message and str(error_log) in message
+    assert "boom in env" in (tmp_path / "logs" / "collector3.log").read_text()
+
+
+def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path) -> None:
+    """SIGKILL of one worker is seen at once; shutdown stops the other within the bound."""
+    sup = Supervisor(tmp_path)
+    sup.spawn("learner0", sleeping_worker, {"seconds": 120.0}, threads=1)
+    sup.spawn("collector0", sleeping_worker, {"seconds": 120.0}, threads=1)
+    log = tmp_path / "logs" / "collector0.log"
+    deadline = time.monotonic() + 60
+    while "sleeping" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "sleeping" in log.read_text(), "stdout of the worker reaches its log file"
+    pid = sup.pid("collector0")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert _wait_exit(sup, 10) == ["collector0"]
+    message = str(sup.failure(WorkerExit("collector0", sup.exitcode("collector0"))))
+    assert "killed by signal 9" in message and "no traceback" in message
+    start = time.monotonic()
+    sup.shutdown([["collector0"], ["learner0"]], timeout_s=1.0, before_group=lambda i: None)
+    assert time.monotonic() - start < 6.0
+    assert sup.alive() == []
+    sup.shutdown([["learner0"]], timeout_s=1.0, before_group=lambda i: None)  # idempotent
+
+
+def test_worker_dies_with_its_parent(tmp_path: Path) -> None:
+    """SIGKILL of the parent takes its worker down (PR_SET_PDEATHSIG / watchdog): no orphan."""
+    ctx = mp.get_context("spawn")
+    pid_file = tmp_path / "pid"
+    parent = ctx.Process(target=orphaning_parent, kwargs={"run_dir": tmp_path, "pid_file": pid_file})
+    parent.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker_pid = int(pid_file.read_text())
+        assert _pid_alive(worker_pid)
+        os.kill(parent.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        parent.join(10)
+        deadline = time.monotonic() + 5
+        while _pid_alive(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _pid_alive(worker_pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            parent.kill()
+        parent.join(5)
