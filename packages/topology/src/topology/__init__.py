@@ -1,3 +1,22 @@
-"""topology."""
+"""topology: a pure resolver from counts, devices and the host layout to a placement plan.
 
-__all__: list[str] = []
+No processes and no I/O: the host layout comes in as data (``numa_bind.HostLayout``).
+"""
+
+from topology._plan import CollectorPlacement, LearnerPlacement, TrainerTopology, Transport
+from topology._resolve import resolve_trainer_topology
+from topology._transport import IpcMode
+from topology.exceptions import TopologyError
+
+__all__ = [  # noqa: RUF022 - grouped by topic
+    # resolver
+    "IpcMode",
+    "resolve_trainer_topology",
+    # plan
+    "CollectorPlacement",
+    "LearnerPlacement",
+    "TrainerTopology",
+    "Transport",
+    # errors
+    "TopologyError",
+]
