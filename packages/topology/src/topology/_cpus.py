@@ -67,12 +67,13 @@ def _slices(pool: Sequence[int], count: int, width: int) -> list[tuple[int, ...]
 
 
 def _fit_error(where: str, available: int, count: int, what: str, setting: str, width: int) -> TopologyError:
-    largest = available // count if count else 0
-    fix = (
-        f"set {setting} <= {largest}"
-        if largest
-        else f"place fewer {what}s there (at most {available}) or lower cpus_per_learner"
-    )
+    largest = available // count
+    if largest:
+        fix = f"set {setting} <= {largest}"
+    elif what == "collector":
+        fix = "use fewer collectors, lower cpus_per_learner, or set cpus_per_collector to null (unpinned)"
+    else:
+        fix = f"place at most {available} learner(s) there"
     return TopologyError(
         f"{where} has {available} CPU(s) for {count} {what}(s) "
         f"but {setting}={width} needs {count * width}; {fix}"
@@ -164,13 +165,13 @@ def _place_unbound(
     pool = [cpu for cpu in host.allowed_cpus if cpu not in used]
     if len(ranks) * per_learner > len(pool):
         raise _fit_error(
-            "the allowed CPUs", len(pool), len(ranks), "learner", "cpus_per_learner", per_learner
+            "the host (allowed CPUs)", len(pool), len(ranks), "learner", "cpus_per_learner", per_learner
         )
     for rank, cpus in zip(ranks, _slices(pool, len(ranks), per_learner), strict=True):
         plan.learner_cpus[rank] = cpus
     rest = pool[len(ranks) * per_learner :]
     if len(indices) * per_collector > len(rest):
-        where = f"the allowed CPUs ({len(rest)} left after {len(ranks)} pinned learner(s))"
+        where = f"the host (allowed CPUs left after {len(ranks)} pinned learner(s))"
         raise _fit_error(where, len(rest), len(indices), "collector", "cpus_per_collector", per_collector)
     for index, cpus in zip(indices, _slices(rest, len(indices), per_collector), strict=True):
         plan.collector_cpus[index] = cpus
