@@ -9,9 +9,10 @@ advanced at all. Owed updates are kept while they cannot run (an empty replay bu
 samples are never dropped and the debt is never forgotten.
 
 Lockstep: every rank calls :meth:`TrainDecider.step` once per loop. It performs ONE small all-reduce
-of ``[new_updates (rank 0 only), stop votes, ranks without data]``, so rank 0 decides the count,
-every rank learns it, the run defers together while any rank still waits for data (each keeps
-draining meanwhile), and the stop is collective: no rank is ever left alone inside a collective.
+of ``[new_updates (rank 0 only), stop votes, done votes, ranks without data, gstep]``, so rank 0
+decides the count, every rank learns it, the run defers together while any rank still waits for
+data (each keeps draining meanwhile), and the stop is collective (any stop vote, or every rank
+done): no rank is ever left alone inside a collective.
 """
 
 from __future__ import annotations
@@ -96,27 +97,31 @@ class TrainDecider:
         self._last_gstep = gstep
         return (self._num_updates * delta if self._mode == "strict" else self._num_updates), gstep
 
-    def step(self, *, collector_steps: int, has_data: bool, stop_vote: bool) -> Decision:
+    def step(
+        self, *, collector_steps: int, has_data: bool, stop_vote: bool, done_vote: bool = False
+    ) -> Decision:
         """One lockstep decision; every rank calls it once per loop.
 
         Args:
             collector_steps: Sum of the collectors' step counters as this rank reads them (only
                 rank 0's reading is used).
             has_data: This rank's replay buffer can be sampled.
-            stop_vote: This rank wants to stop (rank 0: budget reached or stop requested; any rank:
-                stop requested).
+            stop_vote: This rank saw a stop request; any rank's vote stops every rank.
+            done_vote: This rank has nothing left to do (its collectors finished and everything
+                is ingested); the run stops once every rank votes done.
 
         Returns:
             The decision, identical on every rank.
         """
         new, gstep = self.new_updates(collector_steps) if self._collective.rank == 0 else (0, 0)
-        total_new, stops, not_ready, gsteps = self._collective.all_reduce_sum(
-            [new, int(stop_vote), int(not has_data), gstep]
+        total_new, stops, dones, not_ready, gsteps = self._collective.all_reduce_sum(
+            [new, int(stop_vote), int(done_vote), int(not has_data), gstep]
         )
         self._owed += total_new
         run = self._owed if not_ready == 0 else 0
         self._owed -= run
-        return Decision(run_updates=run, owed=self._owed, stop=stops > 0, gstep=gsteps)
+        stop = stops > 0 or dones == self._collective.world_size
+        return Decision(run_updates=run, owed=self._owed, stop=stop, gstep=gsteps)
 
 
 def split_chunks(updates: int, chunk: int) -> list[int]:

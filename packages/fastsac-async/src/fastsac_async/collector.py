@@ -1,0 +1,191 @@
+"""One collector's loop, drivable in-process: wait for room, act, step, push, poll weights.
+
+The process entry point (:func:`fastsac_async.workers.run_collector`) builds a :class:`Collector`
+around attached shared memory; unit tests build one around in-process rings and call
+:meth:`Collector.step_once`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
+from fastsac_core import BatchedEnv, InferencePolicy
+from shm_transport import TransitionRing, WeightReader
+
+__all__ = ["Collector", "CollectorSettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectorSettings:
+    """Knobs of a collector's loop."""
+
+    index: int
+    """Collector index (its env block and its column in the stats)."""
+    budget: int
+    """Steps after which it stops (``num_iterations``: each collector steps every iteration)."""
+    learning_starts: int
+    """Steps of uniform random actions first (skipped when resuming)."""
+    resume: bool
+    """Continuing from a checkpoint: act with the policy from the first step."""
+    weight_poll_interval: int
+    """Poll the weight channel every this many steps."""
+    idle_sleep_s: float
+    """Sleep while the ring is full (back-pressure)."""
+    stats_interval: int
+    """Steps between stats snapshots (the first goes out after 10 steps)."""
+
+
+class Collector:
+    """A collector: its env shard, its ring (producer end), its weight reader and its policy.
+
+    Args:
+        settings: Loop knobs.
+        env: Its env shard.
+        ring: Producer end of its ring.
+        weights: Reader end of its weight channel (None: keep the initial weights).
+        policy: Inference policy (CPU or CUDA).
+        start_steps: Steps already done (resume).
+        on_steps: Publishes its step count (shared counter).
+        on_gauges: Publishes ``(weight version, policy lag, ring fill)``.
+        on_snapshot: Sends a stats snapshot (never blocks).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: CollectorSettings,
+        env: BatchedEnv,
+        ring: TransitionRing,
+        weights: WeightReader | None,
+        policy: InferencePolicy,
+        start_steps: int = 0,
+        on_steps: Callable[[int], None] = lambda steps: None,
+        on_gauges: Callable[[int, int, int], None] = lambda version, lag, fill: None,
+        on_snapshot: Callable[[CollectorSnapshot], None] = lambda snapshot: None,
+    ) -> None:
+        self.settings = settings
+        self.env = env
+        self.ring = ring
+        self.weights = weights
+        self.policy = policy
+        self.steps = start_steps
+        self.timer = StageTimer(COLLECTOR_STAGES)
+        self._on_steps = on_steps
+        self._on_gauges = on_gauges
+        self._on_snapshot = on_snapshot
+        self._low = np.asarray(env.dims.action_low, dtype=np.float32)
+        self._high = np.asarray(env.dims.action_high, dtype=np.float32)
+        self._flat = torch.zeros(policy.numel, device=policy.device)
+        self._extras = {
+            "obs_mean": torch.zeros(env.dims.obs_dim, device=policy.device),
+            "obs_std": torch.ones(env.dims.obs_dim, device=policy.device),
+            "obs_count": torch.zeros(1, device=policy.device),
+        }
+        self._returns: deque[float] = deque(maxlen=100)
+        self._lengths: deque[float] = deque(maxlen=100)
+        self._episodes = 0
+        self._window_start = time.perf_counter()
+        self._window_steps = 0
+        self._last_stats = start_steps
+        self._next_stats = start_steps + min(10, settings.stats_interval)
+        self.version = 0
+        self.lag = 0
+        obs, critic_obs = env.reset()
+        self._obs = torch.from_numpy(np.array(obs, dtype=np.float32))
+        self._critic_obs = torch.from_numpy(np.array(critic_obs, dtype=np.float32))
+
+    @property
+    def finished(self) -> bool:
+        """True once the budget is reached."""
+        return self.steps >= self.settings.budget
+
+    def poll_weights(self) -> None:
+        """Load newer weights if any (never waits for the writer)."""
+        if self.weights is None:
+            return
+        with self.timer.time("weight_sync"):
+            version = self.weights.poll(self._flat, self._extras)
+            if version is not None:
+                self.policy.load_flat(self._flat, self._extras)
+                self.version = version
+            self.lag = self.weights.lag
+        self._on_gauges(self.version, self.lag, self.ring.size())
+
+    def _actions(self) -> np.ndarray:
+        s = self.settings
+        with self.timer.time("inference"):
+            if self.steps < s.learning_starts and not s.resume:
+                return self.env.sample_actions()
+            actions: np.ndarray = np.clip(self.policy(self._obs).cpu().numpy(), self._low, self._high)
+            return actions
+
+    def step_once(self) -> bool:
+        """One env step and one pushed slot; False (nothing stepped) while the ring is full."""
+        if self.ring.is_full():
+            with self.timer.time("wait"):
+                time.sleep(self.settings.idle_sleep_s)
+            return False
+        actions = self._actions()
+        with self.timer.time("env_step"):
+            result = self.env.step(actions)
+        with self.timer.time("push"):
+            pushed = self.ring.push(
+                {
+                    "obs": self._obs,
+                    "critic_obs": self._critic_obs,
+                    "actions": torch.from_numpy(actions),
+                    "rewards": torch.from_numpy(result.rewards),
+                    "dones": torch.from_numpy(result.terminated),
+                    "truncations": torch.from_numpy(result.truncated),
+                }
+            )
+        assert pushed, "the ring had room before the step; a single producer cannot lose it"
+        self._obs = torch.from_numpy(np.array(result.obs, dtype=np.float32))
+        self._critic_obs = torch.from_numpy(np.array(result.critic_obs, dtype=np.float32))
+        self._returns.extend(result.episode_returns.tolist())
+        self._lengths.extend(result.episode_lengths.tolist())
+        self._episodes += len(result.episode_returns)
+        self.steps += 1
+        self._window_steps += 1
+        self._on_steps(self.steps)
+        if self.steps % self.settings.weight_poll_interval == 0:
+            self.poll_weights()
+        if self.steps >= self._next_stats:
+            self._on_snapshot(self.snapshot())
+            self._next_stats = self.steps + self.settings.stats_interval
+        return True
+
+    def snapshot(self) -> CollectorSnapshot:
+        """Stats of the window since the last snapshot (starts a new window)."""
+        now = time.perf_counter()
+        snap = CollectorSnapshot(
+            index=self.settings.index,
+            steps=self.steps,
+            steps_per_s=self._window_steps / max(now - self._window_start, 1e-9),
+            num_envs=self.env.num_envs,
+            episodes=self._episodes,
+            mean_return=float(np.mean(self._returns)) if self._returns else None,
+            mean_ep_len=float(np.mean(self._lengths)) if self._lengths else None,
+            weight_version=self.version,
+            policy_lag=self.lag,
+            ring_fill=self.ring.size(),
+            timing_ms=self.timer.means_ms(),
+        )
+        self._episodes = 0
+        self._window_steps = 0
+        self._window_start = now
+        self.timer.reset()
+        return snap
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        """Step until the budget is reached or ``should_stop()``."""
+        while not self.finished and not should_stop():
+            self.step_once()
+        self._on_snapshot(self.snapshot())

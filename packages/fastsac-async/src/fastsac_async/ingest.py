@@ -1,0 +1,197 @@
+"""Drain: contiguous spans from every ring -> generations -> one ``extend_batch`` per field.
+
+# Note [drain and commit]
+Each :class:`RingReader` keeps the consumer's own counts: ``issued`` (slots handed to the
+assembler) and ``committed`` (slots released to the producer). ``read_span`` of both ring kinds
+starts at the consumer's committed position, so the reader skips the ``issued - committed`` slots it
+already holds (Note [generation numbering] in ``assembler``). A slot is committed only after its
+data was copied out of the ring:
+
+* CPU learner: the shard views are copied into the replay buffer (or into a host staging batch when
+  several rings form a generation) synchronously, then committed;
+* CUDA learner, host rings: shards are copied (CPU memcpy) into a pinned staging batch, the slots are
+  committed at once, and the staging batch goes to the replay buffer by a non-blocking H2D on a
+  dedicated copy stream. Two staging buffers alternate; one is reused only after its copy event.
+  Before the learner samples, the compute stream waits for the last copy event
+  (:meth:`Ingestor.wait_before_sampling`); the copy stream waits for the compute stream before
+  writing the replay storage, so an in-flight sample never reads a slot being overwritten;
+* CUDA learner, CUDA-IPC rings: device-to-device copies on the compute stream; ``commit_reads``
+  records its event after them (the ring publishes the cursor once that event completed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fastsac_async.assembler import GenerationAssembler, ReadyRun
+from fastsac_core import ReplayBuffer
+from shm_transport import CudaIpcRing, RingLayout, TransitionRing
+
+__all__ = ["FIELDS", "Ingestor", "RingReader", "Shard"]
+
+FIELDS = ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
+"""Ring fields, in ``ReplayBuffer.extend_batch`` order."""
+
+Shard = dict[str, Tensor]
+"""One ring's piece of some generations: field -> ``(k, envs_of_ring, ...)`` zero-copy view."""
+
+
+def _take(shard: Shard, lo: int, hi: int) -> Shard:
+    return {name: view[lo:hi] for name, view in shard.items()}
+
+
+class RingReader:
+    """The consumer's end of one ring, numbering slots by its own issued count.
+
+    Args:
+        ring: A host or CUDA-IPC ring (consumer side).
+    """
+
+    def __init__(self, ring: TransitionRing) -> None:
+        self.ring = ring
+        self.issued = 0
+        self.committed = 0
+
+    def take(self, max_slots: int) -> tuple[int, int, Shard]:
+        """Up to ``max_slots`` new contiguous slots: ``(first generation, count, views)``."""
+        held = self.issued - self.committed
+        count, views = self.ring.read_span(held + max_slots)
+        if count <= held:
+            return self.issued, 0, {}
+        first = self.issued
+        self.issued += count - held
+        return first, count - held, {name: views[name][held:count] for name in FIELDS}
+
+    def commit(self, n: int) -> None:
+        """Release the ``n`` oldest held slots (their data has been copied out)."""
+        self.ring.commit_reads(n)
+        self.committed += n
+
+
+def _staging(
+    layout: RingLayout, slots: int, num_envs: int, *, pin: bool = False, device: torch.device | None = None
+) -> dict[str, Tensor]:
+    """A ``(slots, num_envs, ...)`` batch per field in the ring's dtypes (pinned host or on ``device``)."""
+    return {
+        name: torch.empty(
+            (slots, num_envs, *layout.spec(name).shape),
+            dtype=layout.spec(name).dtype,
+            pin_memory=pin,
+            device=device,
+        )
+        for name in FIELDS
+    }
+
+
+class Ingestor:
+    """Drains a learner's rings into its replay buffer (see Note [drain and commit]).
+
+    Args:
+        rings: The learner's rings, in collector order.
+        buffer: The learner's replay buffer (its ``num_envs`` is the sum of the rings' envs).
+        max_ingest_per_iter: Slots taken per ring per drain.
+    """
+
+    def __init__(
+        self, rings: Sequence[TransitionRing], buffer: ReplayBuffer, max_ingest_per_iter: int
+    ) -> None:
+        self.readers = [RingReader(r) for r in rings]
+        self.buffer = buffer
+        self.max_ingest = max(1, max_ingest_per_iter)
+        self.assembler: GenerationAssembler[Shard] = GenerationAssembler(len(rings), _take)
+        layouts: list[RingLayout] = [r.layout for r in rings]
+        self._widths = [layout.num_envs for layout in layouts]
+        self._offsets = [sum(self._widths[:i]) for i in range(len(layouts))]
+        self._device = buffer.device
+        self._cuda = self._device.type == "cuda"
+        self._single = len(rings) == 1
+        self._staging: list[dict[str, Tensor]] = []
+        self._staging_events: list[Any] = []
+        self._next_staging = 0
+        self._copy_stream: Any = None
+        self._last_copy: Any = None
+        self._pending_wait = False
+        self.generations = 0
+        """Generations ingested so far."""
+        cap = max(r.capacity for r in rings)
+        host_rings = any(not isinstance(r, CudaIpcRing) for r in rings)
+        if self._cuda and host_rings:
+            self._copy_stream = torch.cuda.Stream(device=self._device)  # type: ignore[no-untyped-call]
+            self._staging = [_staging(layouts[0], cap, sum(self._widths), pin=True) for _ in range(2)]
+        elif not self._single:
+            self._staging = [_staging(layouts[0], cap, sum(self._widths), device=self._device)]
+        self._staging_events = [None] * len(self._staging)
+
+    def drain(self) -> int:
+        """Take what every ring has, ingest every complete generation; returns generations ingested."""
+        for i, reader in enumerate(self.readers):
+            first, count, views = reader.take(self.max_ingest)
+            if count:
+                self.assembler.add(i, first, count, views)
+        ingested = 0
+        for run in self.assembler.pop_ready():
+            self._ingest(run)
+            ingested += run.count
+        self.generations += ingested
+        return ingested
+
+    def held(self) -> int:
+        """Slots held (read, not yet committed) over all rings."""
+        return sum(r.issued - r.committed for r in self.readers)
+
+    def unread(self) -> int:
+        """Slots written to the rings and not yet taken by this learner."""
+        return sum(r.ring.size() - (r.issued - r.committed) for r in self.readers)
+
+    def _ingest(self, run: ReadyRun[Shard]) -> None:
+        k = run.count
+        if self._single and self._copy_stream is None:
+            # One ring: its views are the full batch (one copy, ring -> replay).
+            self.buffer.extend_batch(*(run.pieces[0][name] for name in FIELDS))
+            self._commit(k)
+            return
+        staging = self._staging[self._next_staging]
+        event = self._staging_events[self._next_staging]
+        if event is not None:
+            event.synchronize()  # the previous H2D out of this pinned buffer has finished
+        for piece, off, width in zip(run.pieces, self._offsets, self._widths, strict=True):
+            for name in FIELDS:
+                staging[name][:k, off : off + width].copy_(piece[name], non_blocking=self._cuda)
+        batch = [staging[name][:k] for name in FIELDS]
+        if self._copy_stream is None:
+            self.buffer.extend_batch(*batch)
+            self._commit(k)
+            return
+        # Host rings on CUDA: the ring slots are free once in pinned staging (CPU copies above).
+        self._commit(k)
+        compute = torch.cuda.current_stream(self._device)
+        self._copy_stream.wait_stream(compute)
+        with torch.cuda.stream(self._copy_stream):
+            self.buffer.extend_batch(*batch)
+            done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            done.record(self._copy_stream)
+        self._staging_events[self._next_staging] = done
+        self._last_copy = done
+        self._pending_wait = True
+        self._next_staging = (self._next_staging + 1) % len(self._staging)
+
+    def _commit(self, k: int) -> None:
+        for reader in self.readers:
+            reader.commit(k)
+
+    def wait_before_sampling(self) -> None:
+        """Order the compute stream after the last H2D into the replay buffer (no host sync)."""
+        if self._pending_wait and self._last_copy is not None:
+            torch.cuda.current_stream(self._device).wait_event(self._last_copy)
+            self._pending_wait = False
+
+    def wait_ingest(self) -> None:
+        """Block until every issued copy into the replay buffer has landed (before a checkpoint)."""
+        if self._last_copy is not None:
+            self._last_copy.synchronize()
+        if self._cuda:
+            torch.cuda.current_stream(self._device).synchronize()

@@ -1,0 +1,228 @@
+"""One learner rank's loop, drivable in-process: drain, decide, update in chunks, publish.
+
+The process entry point (:func:`fastsac_async.workers.run_learner`) builds a :class:`Learner` from
+shared memory; unit tests build one around in-process rings and call :meth:`Learner.run_iteration`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
+from fastsac_async.ingest import Ingestor
+from fastsac_async.stats import LEARNER_STAGES, LearnerSnapshot, StageTimer
+from fastsac_core import FastSACAgent, save_checkpoint, sync_normalizers
+from shm_transport import TransitionRing, WeightWriter
+
+__all__ = ["Learner", "LearnerHooks", "LearnerSettings"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnerSettings:
+    """Knobs of a learner's loop."""
+
+    num_updates: int
+    """Largest update chunk (``algo.agent.num_updates``)."""
+    weight_publish_interval: int
+    """Publish weights every this many updates."""
+    max_ingest_per_iter: int
+    """Slots taken per ring per drain."""
+    idle_sleep_s: float
+    """Sleep of a loop that ran no update."""
+    logging_interval: int
+    """gsteps between stats snapshots."""
+    save_interval: int
+    """gsteps between checkpoints (rank 0; 0 disables periodic checkpoints)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnerHooks:
+    """How a learner sees the rest of the run (shared counters in a process, closures in tests)."""
+
+    collector_steps: Callable[[], int]
+    """Sum of every collector's steps (rank 0's reading drives the decision)."""
+    collectors_finished: Callable[[], bool]
+    """This rank's collectors reached their budget."""
+    stop_requested: Callable[[], bool]
+    """The parent asked to stop."""
+    on_progress: Callable[[int, int], None] = lambda gstep, updates: None
+    """Rank 0 publishes ``(global_step, updates)``."""
+    on_snapshot: Callable[[LearnerSnapshot], None] = lambda snapshot: None
+    """Send a stats snapshot (never blocks)."""
+    checkpoint_path: Callable[[int], Path] | None = None
+    """Rank 0: where the checkpoint of a gstep goes (None: no checkpoints)."""
+    checkpoint_extra: Callable[[int], dict[str, object]] = lambda gstep: {}
+    """Counters stored with a checkpoint."""
+
+
+class Learner:
+    """A learner rank: its agent, its rings and weight writers, and the lockstep decider.
+
+    Args:
+        rank: Learner rank.
+        agent: The rank's agent (replay buffer of its collectors' envs).
+        rings: Consumer ends of its collectors' rings, in collector order.
+        writers: Weight writers of the same collectors.
+        decider: The lockstep training decision.
+        settings: Loop knobs.
+        hooks: Counters and sinks.
+        process_group: torch.distributed group when there are several learners.
+    """
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        agent: FastSACAgent,
+        rings: Sequence[TransitionRing],
+        writers: Sequence[WeightWriter],
+        decider: TrainDecider,
+        settings: LearnerSettings,
+        hooks: LearnerHooks,
+        process_group: torch.distributed.ProcessGroup | None = None,
+    ) -> None:
+        self.rank = rank
+        self.agent = agent
+        self.writers = list(writers)
+        self.decider = decider
+        self.settings = settings
+        self.hooks = hooks
+        self.group = process_group
+        self.ingestor = Ingestor(rings, agent.buffer, settings.max_ingest_per_iter)
+        self.cadence = PublishCadence(settings.weight_publish_interval)
+        self.timer = StageTimer(LEARNER_STAGES)
+        self.version = 0
+        self.gstep = 0
+        self.updates = 0
+        self.last_metrics: dict[str, Tensor] = {}
+        self._flat = torch.empty(agent.actor_param_numel(), device=agent.device)
+        self._window_start = time.perf_counter()
+        self._window_updates = 0
+        self._last_report = -1
+        self._last_save = 0
+        self._pending_checkpoint: str | None = None
+        self.stopped = False
+
+    # ------------------------------------------------------------------ pieces of one iteration
+
+    def drain(self) -> int:
+        """Take every ring's new slots and ingest the complete generations (timed)."""
+        with self.timer.time("drain"):
+            ingested = self.ingestor.drain()
+        return ingested
+
+    def publish(self) -> int:
+        """Publish the actor and normalizer to every collector of this rank; returns the version."""
+        with self.timer.time("publish"):
+            if self.agent.world_size > 1:
+                sync_normalizers(self.agent, self.group)
+            flat = self.agent.flatten_actor_params(self._flat)
+            extras = self.agent.policy_extras()
+            for writer in self.writers:
+                self.version = writer.publish(flat, extras)
+        return self.version
+
+    def _train(self, decision: Decision) -> None:
+        for chunk in split_chunks(decision.run_updates, self.settings.num_updates):
+            self.ingestor.wait_before_sampling()
+            with self.timer.time("update"):
+                self.last_metrics = self.agent.update(chunk)
+            self.updates += chunk
+            self._window_updates += chunk
+            if self.cadence.after(chunk):
+                self.publish()
+            self.drain()  # keep the rings moving between chunks (local, no collective)
+
+    def _done(self) -> bool:
+        ing = self.ingestor
+        return self.hooks.collectors_finished() and ing.unread() == 0 and ing.held() == 0
+
+    def run_iteration(self) -> bool:
+        """One loop: drain, one lockstep decision, the updates it grants; False once stopped."""
+        if self.stopped:
+            return False
+        self.drain()
+        decision = self.decider.step(
+            collector_steps=self.hooks.collector_steps(),
+            has_data=self.agent.buffer.num_complete >= 1,
+            stop_vote=self.hooks.stop_requested(),
+            done_vote=self._done() and self.decider.owed == 0,
+        )
+        self.gstep = max(self.gstep, decision.gstep)
+        if decision.run_updates:
+            self._train(decision)
+        elif not decision.stop:
+            with self.timer.time("idle"):
+                time.sleep(self.settings.idle_sleep_s)
+        if self.rank == 0:
+            self.hooks.on_progress(self.gstep, self.updates)
+            self._maybe_checkpoint()
+        self._maybe_report()
+        if decision.stop:
+            self.stopped = True
+            return False
+        return True
+
+    # ------------------------------------------------------------------ checkpoints and stats
+
+    def _maybe_checkpoint(self) -> None:
+        interval = self.settings.save_interval
+        if interval > 0 and self.gstep // interval > self._last_save // interval:
+            self.checkpoint()
+
+    def checkpoint(self) -> Path | None:
+        """Rank 0: write a checkpoint now (after the in-flight ingest landed); its path."""
+        if self.rank != 0 or self.hooks.checkpoint_path is None:
+            return None
+        self.ingestor.wait_ingest()
+        path = save_checkpoint(
+            self.hooks.checkpoint_path(self.gstep),
+            self.agent,
+            extra={
+                "global_step": self.gstep,
+                "updates": self.updates,
+                **self.hooks.checkpoint_extra(self.gstep),
+            },
+        )
+        self._last_save = self.gstep
+        self._pending_checkpoint = str(path)
+        _log.info("checkpoint %s", path)
+        return path
+
+    def snapshot(self) -> LearnerSnapshot:
+        """This rank's stats over the window since the last snapshot (starts a new window)."""
+        now = time.perf_counter()
+        wall = max(now - self._window_start, 1e-9)
+        metrics = {k: float(v) for k, v in self.last_metrics.items()} if self.rank == 0 else {}
+        snap = LearnerSnapshot(
+            rank=self.rank,
+            global_step=self.gstep,
+            updates=self.updates,
+            updates_per_s=self._window_updates / wall,
+            learn_pct=100.0 * self.timer.total_s("update") / wall,
+            buffer_size=self.agent.buffer.num_stored,
+            timing_ms=self.timer.means_ms(),
+            metrics=metrics,
+            checkpoint=self._pending_checkpoint,
+        )
+        self._pending_checkpoint = None
+        self._window_start = now
+        self._window_updates = 0
+        self.timer.reset()
+        return snap
+
+    def _maybe_report(self) -> None:
+        interval = max(1, self.settings.logging_interval)
+        due = self.gstep // interval > self._last_report // interval
+        if due or self._pending_checkpoint is not None or self.stopped:
+            self._last_report = self.gstep
+            self.hooks.on_snapshot(self.snapshot())

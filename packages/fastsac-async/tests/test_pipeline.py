@@ -1,0 +1,177 @@
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from fastsac_async.collective import SoloCollective
+from fastsac_async.collector import Collector, CollectorSettings
+from fastsac_async.decider import TrainDecider
+from fastsac_async.ingest import Ingestor
+from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+from fastsac_async.testing import FakeBatchedEnv
+from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy, ReplayBuffer
+from shm_transport import HostRing, HostWeightReader, HostWeightWriter, WeightChannel, transition_layout
+from shm_transport._layout import FieldSpec
+
+OBS, ACT = 5, 2
+CFG = FastSACConfig(
+    actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=32, buffer_size=64,
+    num_updates=2, learning_starts=2, compile=False, cudagraphs=False, amp=False,
+)  # fmt: skip
+
+
+class Rings:
+    """Host rings created in-process (unlinked at teardown)."""
+
+    def __init__(self) -> None:
+        self.rings: list[HostRing] = []
+
+    def make(self, num_envs: int, capacity: int) -> HostRing:
+        ring = HostRing.create(transition_layout(num_envs, OBS, OBS + 1, ACT), capacity)
+        self.rings.append(ring)
+        return ring
+
+    def close(self) -> None:
+        for ring in self.rings:
+            ring.close()
+            ring.unlink()
+
+
+@pytest.fixture
+def rings() -> Iterator[Rings]:
+    r = Rings()
+    yield r
+    r.close()
+
+
+def _push_steps(env: FakeBatchedEnv, ring: HostRing, steps: int) -> None:
+    obs, cobs = env.reset()
+    for _ in range(steps):
+        actions = env.sample_actions()
+        res = env.step(actions)
+        ok = ring.push(
+            {"obs": torch.from_numpy(obs), "critic_obs": torch.from_numpy(cobs),
+             "actions": torch.from_numpy(actions), "rewards": torch.from_numpy(res.rewards),
+             "dones": torch.from_numpy(res.terminated), "truncations": torch.from_numpy(res.truncated)}
+        )  # fmt: skip
+        assert ok
+        obs, cobs = res.obs.copy(), res.critic_obs.copy()
+
+
+def _buffer(num_envs: int) -> ReplayBuffer:
+    return ReplayBuffer(num_envs, 64, OBS, OBS + 1, ACT)
+
+
+def _storage(buffer: ReplayBuffer) -> list[torch.Tensor]:
+    return [buffer.obs, buffer.critic_obs, buffer.actions, buffer.rewards, buffer.dones, buffer.truncations]
+
+
+def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(rings: Rings) -> None:
+    """Three 2-env rings merged by generation leave byte-identical replay contents to one 6-env ring."""
+    steps, shards = 20, 3
+    full_env = FakeBatchedEnv(6, seed=0)
+    full_ring = rings.make(6, 32)
+    _push_steps(full_env, full_ring, steps)
+    # The same envs split into blocks: env block i of the full env == shard i (obs encode env index).
+    shard_rings = [rings.make(2, 8) for _ in range(shards)]
+    one = Ingestor([full_ring], _buffer(6), max_ingest_per_iter=5)
+    many = Ingestor(shard_rings, _buffer(6), max_ingest_per_iter=3)
+    while one.drain():
+        pass
+    # Shards: replay the full ring's slots into the shard rings, interleaved unevenly.
+    full_src = HostRing.attach(full_ring.handle)
+    try:
+        pushed = [0] * shards
+        # Rebuild the data from the already-ingested single buffer (ground truth) slot by slot.
+        truth = _storage(one.buffer)
+        order = [0, 0, 1, 2, 2, 2, 1, 0] * 20
+        for i in order:
+            if pushed[i] >= steps:
+                continue
+            t = pushed[i]
+            lo, hi = 2 * i, 2 * i + 2
+            ok = shard_rings[i].push(
+                {name: truth[j][t, lo:hi] for j, name in enumerate(
+                    ["obs", "critic_obs", "actions", "rewards", "dones", "truncations"])}
+            )  # fmt: skip
+            if ok:
+                pushed[i] += 1
+            many.drain()
+        while many.drain() or many.held():
+            many.drain()
+    finally:
+        full_src.close()
+    assert pushed == [steps] * shards
+    assert one.generations == many.generations == steps
+    for a, b in zip(_storage(one.buffer), _storage(many.buffer), strict=True):
+        assert torch.equal(a.nan_to_num(-7.0), b.nan_to_num(-7.0))
+
+
+def test_a_stalled_ring_delays_only_its_generations(rings: Rings) -> None:
+    """A silent ring holds back ingestion; the others fill up; nothing is lost once it resumes."""
+    fast = [rings.make(2, 4) for _ in range(2)]
+    slow = rings.make(2, 4)
+    ing = Ingestor([fast[0], slow, fast[1]], _buffer(6), max_ingest_per_iter=8)
+    envs = [FakeBatchedEnv(2, seed=s) for s in range(3)]
+    for env, ring in zip([envs[0], envs[2]], fast, strict=True):
+        _push_steps(env, ring, 4)
+        assert ring.is_full()
+    assert ing.drain() == 0
+    assert all(r.is_full() for r in fast), "held slots are not committed: producers stay back-pressured"
+    assert len(ing.buffer) == 0
+    _push_steps(envs[1], slow, 3)
+    assert ing.drain() == 3
+    assert len(ing.buffer) == 3
+    assert all(r.size() == 1 for r in fast) and slow.size() == 0
+    assert ing.buffer.obs[2, 2:4, 0].tolist() == [1.0, 1.0], "slow ring's shard sits in env block 1"
+
+
+def _agent(num_envs: int) -> FastSACAgent:
+    return FastSACAgent(FakeBatchedEnv(1, 0).dims, CFG, "cpu", num_envs=num_envs)
+
+
+def test_collector_and_learner_in_process(rings: Rings) -> None:
+    """Driven in one process: steps advance, updates run, weights reach the collector with a version."""
+    ring = rings.make(4, 8)
+    extras = {"obs_mean": FieldSpec((OBS,), torch.float32), "obs_std": FieldSpec((OBS,), torch.float32),
+              "obs_count": FieldSpec((1,), torch.float32)}  # fmt: skip
+    agent = _agent(4)
+    channel = WeightChannel.create(agent.actor_param_numel(), extras)
+    try:
+        env = FakeBatchedEnv(4, seed=1)
+        collector = Collector(
+            settings=CollectorSettings(index=0, budget=12, learning_starts=2, resume=False,
+                                       weight_poll_interval=1, idle_sleep_s=0.0, stats_interval=5),
+            env=env, ring=ring, weights=HostWeightReader(channel),
+            policy=InferencePolicy(env.dims, CFG),
+        )  # fmt: skip
+        snaps = []
+        learner = Learner(
+            rank=0, agent=agent, rings=[ring], writers=[HostWeightWriter(channel)],
+            decider=TrainDecider(SoloCollective(), num_collectors=1, num_updates=2, learning_starts=2,
+                                 utd_mode="strict"),
+            settings=LearnerSettings(num_updates=2, weight_publish_interval=2, max_ingest_per_iter=4,
+                                     idle_sleep_s=0.0, logging_interval=5, save_interval=0),
+            hooks=LearnerHooks(collector_steps=lambda: collector.steps,
+                               collectors_finished=lambda: collector.finished,
+                               stop_requested=lambda: False, on_snapshot=snaps.append),
+        )  # fmt: skip
+        learner.publish()
+        for _ in range(200):
+            collector.step_once()
+            collector.step_once()
+            if not learner.run_iteration():
+                break
+        assert learner.stopped and collector.finished
+        assert learner.ingestor.generations == 12
+        assert learner.updates == 2 * (12 - 2 + 1)
+        assert collector.version > 1 and collector.lag >= 0
+        assert snaps and snaps[-1].updates == learner.updates
+        assert {"drain", "update", "publish"} <= set(learner.snapshot().timing_ms) | {
+            "drain",
+            "update",
+            "publish",
+        }
+    finally:
+        channel.close()
+        channel.unlink()
