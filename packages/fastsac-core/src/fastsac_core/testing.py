@@ -1,0 +1,143 @@
+"""Helpers for tests (this package's and others'): tiny configs, random data, a DDP rank worker.
+
+Kept in the package (not in a test folder) so spawned processes can import them by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ._agent import FastSACAgent, UpdateNoise
+from ._replay import Batch
+from .config import FastSACConfig
+from .env import EnvDims
+
+__all__ = ["TINY_DIMS", "config_fields", "random_batch", "random_noise", "run_ddp_rank", "tiny_config"]
+
+TINY_DIMS = EnvDims(
+    obs_dim=6, critic_obs_dim=8, act_dim=3, action_low=(-1.0, -2.0, 0.0), action_high=(1.0, 2.0, 1.0)
+)
+"""Small task dimensions with asymmetric, non-unit action bounds."""
+
+
+def tiny_config(**overrides: Any) -> FastSACConfig:
+    """A config with tiny networks and batches that runs in milliseconds per update on a CPU."""
+    base: dict[str, Any] = {
+        "actor_hidden_dim": 32,
+        "critic_hidden_dim": 32,
+        "num_atoms": 21,
+        "v_min": -5.0,
+        "v_max": 5.0,
+        "batch_size": 64,
+        "buffer_size": 64,
+        "num_updates": 4,
+        "policy_frequency": 2,
+        "compile": False,
+    }
+    base.update(overrides)
+    return FastSACConfig(**base)
+
+
+def random_batch(rows: int, dims: EnvDims, generator: torch.Generator) -> Batch:
+    """A batch of random (unnormalised) transitions, some terminal and some invalid."""
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator)
+
+    def uniform(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=generator)
+
+    low, high = torch.tensor(dims.action_low), torch.tensor(dims.action_high)
+    return Batch(
+        obs=3.0 + 2.0 * randn(rows, dims.obs_dim),
+        critic_obs=-1.0 + 0.5 * randn(rows, dims.critic_obs_dim),
+        actions=low + (high - low) * uniform(rows, dims.act_dim),
+        rewards=randn(rows),
+        next_obs=3.0 + 2.0 * randn(rows, dims.obs_dim),
+        next_critic_obs=-1.0 + 0.5 * randn(rows, dims.critic_obs_dim),
+        bootstrap=(uniform(rows) > 0.1).float(),
+        discount=torch.full((rows,), 0.97),
+        valid=(uniform(rows) > 0.05).float(),
+    )
+
+
+def random_noise(rows: int, dims: EnvDims, generator: torch.Generator) -> UpdateNoise:
+    """Policy noise for ``FastSACAgent.update_on_batch``."""
+    return UpdateNoise(
+        torch.randn(rows, dims.act_dim, generator=generator),
+        torch.randn(rows, dims.act_dim, generator=generator),
+    )
+
+
+def _rank_rows(rows: int, num_updates: int, rank: int, world_size: int) -> torch.Tensor:
+    """Row indices of ``rank``'s share: its slice of every one of the ``num_updates`` minibatches."""
+    size = rows // num_updates
+    share = size // world_size
+    return torch.cat(
+        [torch.arange(i * size + rank * share, i * size + (rank + 1) * share) for i in range(num_updates)]
+    )
+
+
+def run_ddp_rank(
+    rank: int,
+    world_size: int,
+    init_file: str,
+    out_file: str,
+    cfg_fields: dict[str, Any],
+    calls: int,
+    num_updates: int,
+    data_seed: int,
+) -> None:
+    """One gloo rank of the DDP-equivalence check: train on this rank's share, save the final state.
+
+    Every rank (and the single-process reference, with ``world_size=1``) regenerates the same full
+    batches and noise from ``data_seed`` and keeps its rows, so the union over ranks of each
+    minibatch equals the reference minibatch.
+    """
+    torch.manual_seed(1234 + rank)  # different on purpose: the initial broadcast must align the ranks
+    torch.set_num_threads(1)
+    cfg = FastSACConfig(**cfg_fields)
+    if world_size > 1:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{init_file}",
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=60),
+        )
+    try:
+        agent = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=1, world_size=world_size)
+        generator = torch.Generator().manual_seed(data_seed)
+        rows = cfg.batch_size * num_updates
+        keep = _rank_rows(rows, num_updates, rank, world_size)
+        metrics = []
+        for _ in range(calls):
+            batch = random_batch(rows, TINY_DIMS, generator)
+            noise = random_noise(rows, TINY_DIMS, generator)
+            mine = Batch(*(t[keep] for t in batch))
+            my_noise = UpdateNoise(*(t[keep] for t in noise))
+            metrics.append(agent.update_on_batch(mine, num_updates, my_noise))
+        state = {
+            "actor": agent.flatten_actor_params(),
+            "qf": torch.cat([p.detach().reshape(-1) for p in agent.qf.parameters()]),
+            "qf_target": torch.cat([p.reshape(-1) for p in agent.qf_target.parameters()]),
+            "log_alpha": agent.log_alpha.detach().clone(),
+            "obs_normalizer": agent.obs_normalizer.state_dict(),
+            "critic_obs_normalizer": agent.critic_obs_normalizer.state_dict(),
+            "metrics": metrics,
+        }
+        torch.save(state, Path(out_file))
+    finally:
+        if world_size > 1:
+            dist.destroy_process_group()
+
+
+def config_fields(cfg: FastSACConfig) -> dict[str, Any]:
+    """``cfg`` as keyword arguments (picklable for spawned processes)."""
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,177 @@
+"""FastSACAgent: metrics, schedules, learning on a bandit, weight transport, inference policy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastsac_core import ConfigError, EnvDims, FastSACAgent, InferencePolicy
+from fastsac_core.testing import TINY_DIMS, tiny_config
+
+BANDIT = EnvDims(obs_dim=2, critic_obs_dim=2, act_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+BEST_ACTION = torch.tensor([0.5, -0.3])
+
+
+def _fill(agent: FastSACAgent, steps: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    n, dims = agent.num_envs, agent.dims
+    for _ in range(steps):
+        agent.buffer.extend(
+            torch.randn(n, dims.obs_dim, generator=g) * 2 + 1,
+            torch.randn(n, dims.critic_obs_dim, generator=g),
+            torch.rand(n, dims.act_dim, generator=g) * 2 - 1,
+            torch.randn(n, generator=g),
+            torch.rand(n, generator=g) < 0.05,
+            torch.rand(n, generator=g) < 0.05,
+        )
+
+
+def test_update_returns_detached_finite_metrics() -> None:
+    """update() returns the six named metrics as finite, detached scalar tensors."""
+    torch.manual_seed(0)
+    agent = FastSACAgent(TINY_DIMS, tiny_config(), "cpu", num_envs=4)
+    _fill(agent, 20, seed=1)
+    metrics = agent.update(4)
+    assert set(metrics) == {"qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max"}
+    for name, value in metrics.items():
+        assert value.shape == () and not value.requires_grad and torch.isfinite(value), name
+
+
+def test_actor_schedule_and_target_update() -> None:
+    """Critics and alpha step every update, the actor every policy_frequency-th, targets move by tau."""
+    torch.manual_seed(0)
+    cfg = tiny_config(policy_frequency=4, tau=0.5)
+    agent = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=4)
+    _fill(agent, 20, seed=2)
+    agent.update(3)
+    agent.update(5)  # the gate counts across calls: 8 critic updates -> actor after updates 1 and 5
+
+    def steps(opt: torch.optim.Optimizer) -> int:
+        return int(next(iter(opt.state.values()))["step"])
+
+    assert (steps(agent.critic_optimizer), steps(agent.alpha_optimizer), steps(agent.actor_optimizer)) == (
+        8,
+        8,
+        2,
+    )
+    assert agent.update_idx == 8
+    before_target = [p.clone() for p in agent.qf_target.parameters()]
+    before_online = [p.detach().clone() for p in agent.qf.parameters()]
+    agent.update(1)
+    for t0, o0, t1, o1 in zip(
+        before_target, before_online, agent.qf_target.parameters(), agent.qf.parameters(), strict=True
+    ):
+        torch.testing.assert_close(t1, t0 + 0.5 * (o1.detach() - t0))
+        assert not torch.equal(o1, o0)
+
+
+def test_invalid_rows_do_not_train_the_critic() -> None:
+    """A batch whose rows all have valid=0 leaves the critic's loss gradient at zero."""
+    torch.manual_seed(0)
+    agent = FastSACAgent(TINY_DIMS, tiny_config(weight_decay=0.0), "cpu", num_envs=4)
+    _fill(agent, 10, seed=3)
+    batch = agent.buffer.sample(16)
+    before = [p.detach().clone() for p in agent.qf.parameters()]
+    agent.update_on_batch(batch._replace(valid=torch.zeros_like(batch.valid)), 1)
+    for b, p in zip(before, agent.qf.parameters(), strict=True):
+        assert torch.equal(b, p)
+
+
+@pytest.mark.slow
+def test_actor_finds_the_best_action_of_a_bandit() -> None:
+    """On a bandit with reward -|a - a*|^2 the deterministic action moves from 0 to within 0.1 of a*."""
+    torch.manual_seed(0)
+    cfg = tiny_config(
+        v_min=-5.0,
+        v_max=1.0,
+        num_atoms=51,
+        batch_size=256,
+        actor_lr=1e-3,
+        critic_lr=3e-3,
+        critic_hidden_dim=64,
+    )
+    agent = FastSACAgent(BANDIT, cfg, "cpu", num_envs=16)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(64):
+        obs = torch.randn(16, 2, generator=g)
+        actions = torch.rand(16, 2, generator=g) * 2 - 1
+        rewards = -((actions - BEST_ACTION) ** 2).sum(-1)
+        ones = torch.ones(16, dtype=torch.bool)
+        agent.buffer.extend(obs, obs, actions, rewards, ones, ~ones)
+    probe = torch.randn(32, 2, generator=g)
+    start = (agent.act(probe, deterministic=True) - BEST_ACTION).norm(dim=-1).mean()
+    losses = [agent.update(4)["qf_loss"] for _ in range(150)]
+    end = (agent.act(probe, deterministic=True) - BEST_ACTION).norm(dim=-1).mean()
+    assert float(start) > 0.5
+    assert float(end) < 0.1, (
+        f"mean distance to the best action {float(end):.3f} (started at {float(start):.3f})"
+    )
+    assert float(torch.stack(losses[-10:]).mean()) < float(torch.stack(losses[:10]).mean())
+
+
+def test_flat_actor_params_and_inference_policy() -> None:
+    """Flatten/load round-trips the actor, and InferencePolicy acts exactly like agent.act."""
+    torch.manual_seed(0)
+    cfg = tiny_config()
+    agent = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=4)
+    _fill(agent, 20, seed=4)
+    agent.update(4)
+    flat = agent.flatten_actor_params()
+    assert flat.dtype == torch.float32 and flat.is_contiguous() and flat.numel() == agent.actor_param_numel()
+    out = torch.empty_like(flat)
+    assert agent.flatten_actor_params(out) is out and torch.equal(out, flat)
+    policy = InferencePolicy(TINY_DIMS, cfg, deterministic=True)
+    policy.load_flat(flat, agent.policy_extras())
+    obs = torch.randn(10, TINY_DIMS.obs_dim) * 3
+    assert torch.equal(policy(obs), agent.act(obs, deterministic=True))
+    other = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=4)
+    other.load_actor_params(flat)
+    assert torch.equal(other.flatten_actor_params(), flat)
+    with pytest.raises(ConfigError, match="has 3 elements"):
+        other.load_actor_params(torch.zeros(3))
+
+
+def test_config_errors_name_the_setting() -> None:
+    """A batch too small for the envs and ranks is refused with the numbers and a fix."""
+    with pytest.raises(ConfigError, match=r"batch_size=8 .* world_size=1 and num_envs=16"):
+        FastSACAgent(TINY_DIMS, tiny_config(batch_size=8), "cpu", num_envs=16)
+
+
+@pytest.mark.gpu
+def test_compiled_cuda_steps_match_eager() -> None:
+    """On CUDA the compiled (CUDA-graph) update matches the eager one on the same data and noise (fp32)."""
+    from fastsac_core.testing import random_batch, random_noise
+
+    results = []
+    for compile_ in (False, True):
+        torch.manual_seed(0)
+        cfg = tiny_config(compile=compile_, cudagraphs=True, amp=False)
+        agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            batch, noise = random_batch(256, TINY_DIMS, g), random_noise(256, TINY_DIMS, g)
+            metrics = agent.update_on_batch(batch, 4, type(noise)(*(t.cuda() for t in noise)))
+        results.append((agent.flatten_actor_params().cpu(), {k: v.cpu() for k, v in metrics.items()}))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-3, atol=1e-4)
+    for key in results[0][1]:
+        torch.testing.assert_close(results[0][1][key], results[1][1][key], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_bf16_compiled_update_runs_and_policy_on_cuda() -> None:
+    """The default CUDA path (compile, CUDA graphs, bf16) trains finitely; a CUDA policy acts in bounds."""
+    torch.manual_seed(0)
+    cfg = tiny_config(compile=True, cudagraphs=True, amp=True)
+    agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    _fill(agent, 20, seed=6)
+    for _ in range(5):
+        metrics = agent.update(4)
+    assert all(bool(torch.isfinite(v)) for v in metrics.values())
+    policy = InferencePolicy(TINY_DIMS, cfg, device="cuda", amp=True)
+    policy.load_flat(agent.flatten_actor_params(), agent.policy_extras())
+    actions = policy(torch.randn(64, TINY_DIMS.obs_dim))
+    low, high = (
+        torch.tensor(TINY_DIMS.action_low, device="cuda"),
+        torch.tensor(TINY_DIMS.action_high, device="cuda"),
+    )
+    assert bool(((actions >= low) & (actions <= high)).all())

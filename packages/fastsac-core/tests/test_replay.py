@@ -1,0 +1,156 @@
+"""Replay buffer: next obs from the next slot, n-step returns, truncation rule, wrap, extend_batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastsac_core import ReplayBuffer, ReplayBufferError
+
+
+def _history(steps: int, num_envs: int, seed: int, end_prob: float = 0.2) -> dict[str, torch.Tensor]:
+    """Random steps whose obs encode (step, env) so sampled rows can be traced back."""
+    g = torch.Generator().manual_seed(seed)
+    step = torch.arange(steps, dtype=torch.float32)[:, None].expand(steps, num_envs)
+    env = torch.arange(num_envs, dtype=torch.float32)[None, :].expand(steps, num_envs)
+    obs = torch.stack([step, env, torch.randn(steps, num_envs, generator=g)], -1)
+    dones = torch.rand(steps, num_envs, generator=g) < end_prob
+    truncations = torch.rand(steps, num_envs, generator=g) < end_prob  # some steps are both
+    return {
+        "obs": obs,
+        "critic_obs": torch.cat([obs, -obs], -1),
+        "actions": torch.randn(steps, num_envs, 2, generator=g),
+        "rewards": torch.randn(steps, num_envs, generator=g),
+        "dones": dones,
+        "truncations": truncations,
+    }
+
+
+def _expected(
+    h: dict[str, torch.Tensor], s: int, e: int, n: int, gamma: float, written: int
+) -> dict[str, float]:
+    """The rule of wiki/algorithm.md, written as a plain loop."""
+    dones, truncs, rewards = h["dones"][:, e], h["truncations"][:, e], h["rewards"][:, e]
+    ret, m, terminated = 0.0, 0, False
+    for i in range(n):
+        t = s + i
+        if t > written - 2:  # step t has no next obs yet
+            break
+        if i > 0 and truncs[t] and not dones[t]:  # stop before a time-limit cut
+            break
+        ret += gamma**i * float(rewards[t])
+        m += 1
+        if dones[t] or truncs[t]:
+            terminated = bool(dones[t])
+            break
+    return {
+        "rewards": ret,
+        "next_step": float(s + m),
+        "discount": gamma**m,
+        "bootstrap": 0.0 if terminated else 1.0,
+        "valid": 0.0 if (truncs[s] and not dones[s]) else 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("capacity", "steps", "n_steps"), [(32, 20, 1), (32, 20, 3), (7, 23, 1), (7, 23, 3), (9, 40, 5)]
+)
+def test_sample_matches_ground_truth(capacity: int, steps: int, n_steps: int) -> None:
+    """Each sampled transition (across episode ends and the wrap) equals the hand-computed n-step target."""
+    num_envs, gamma = 3, 0.9
+    h = _history(steps, num_envs, seed=capacity + steps + n_steps)
+    buf = ReplayBuffer(num_envs, capacity, 3, 6, 2, n_steps=n_steps, gamma=gamma)
+    for t in range(steps):
+        buf.extend(*(h[k][t] for k in ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")))
+    batch = buf.sample(400)
+    oldest = steps - min(steps, capacity)
+    seen = set()
+    for row in range(batch.obs.shape[0]):
+        s, e = int(batch.obs[row, 0]), int(batch.obs[row, 1])
+        assert row % num_envs == e  # step-major row order
+        assert oldest <= s <= steps - 2  # only complete transitions, only data still stored
+        seen.add((s, e))
+        want = _expected(h, s, e, n_steps, gamma, steps)
+        assert float(batch.next_obs[row, 0]) == want["next_step"]
+        assert float(batch.next_obs[row, 1]) == e
+        torch.testing.assert_close(batch.next_critic_obs[row], h["critic_obs"][int(want["next_step"]), e])
+        torch.testing.assert_close(batch.actions[row], h["actions"][s, e])
+        assert float(batch.rewards[row]) == pytest.approx(want["rewards"], abs=1e-5)
+        assert float(batch.discount[row]) == pytest.approx(want["discount"], rel=1e-6)
+        assert float(batch.bootstrap[row]) == want["bootstrap"]
+        assert float(batch.valid[row]) == want["valid"]
+    # uniform over every complete transition: with 400 draws per env each one shows up
+    assert len(seen) == num_envs * (min(steps, capacity) - 1)
+
+
+def test_truncated_first_step_is_invalid_and_terminated_is_not() -> None:
+    """A transition cut by a time limit has weight 0; a terminated one is valid with no bootstrap."""
+    buf = ReplayBuffer(2, 8, 1, 1, 1, n_steps=1, gamma=0.5)
+    zeros = torch.zeros(2, 1)
+    for t in range(3):
+        buf.extend(
+            zeros + t,
+            zeros,
+            zeros,
+            torch.ones(2),
+            torch.tensor([t == 0, False]),
+            torch.tensor([False, t == 0]),
+        )
+    batch = buf.sample(64)
+    first = batch.obs[:, 0] == 0
+    env0, env1 = torch.arange(batch.obs.shape[0]) % 2 == 0, torch.arange(batch.obs.shape[0]) % 2 == 1
+    assert torch.all(batch.valid[first & env0] == 1) and torch.all(batch.bootstrap[first & env0] == 0)
+    assert torch.all(batch.valid[first & env1] == 0)
+    assert torch.all(batch.valid[~first] == 1) and torch.all(batch.bootstrap[~first] == 1)
+
+
+def test_extend_batch_equals_repeated_extend_across_the_wrap() -> None:
+    """Chunks of k steps (including one longer than the capacity) leave byte-identical storage."""
+    num_envs, capacity = 4, 10
+    h = _history(60, num_envs, seed=7)
+    one, many = (ReplayBuffer(num_envs, capacity, 3, 6, 2, n_steps=3) for _ in range(2))
+    keys = ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
+    start = 0
+    for k in (3, 5, 9, 1, 13, 2, 7, 20):
+        for t in range(start, start + k):
+            one.extend(*(h[key][t] for key in keys))
+        many.extend_batch(*(h[key][start : start + k] for key in keys))
+        start += k
+        assert len(one) == len(many) and one._written == many._written
+        for key in keys:
+            assert getattr(one, key).numpy().tobytes() == getattr(many, key).numpy().tobytes(), key
+
+
+def test_errors_name_the_problem() -> None:
+    """Sampling an empty buffer and writing a wrong shape raise ReplayBufferError with the numbers."""
+    buf = ReplayBuffer(2, 4, 3, 3, 1)
+    with pytest.raises(ReplayBufferError, match="0 step"):
+        buf.sample(1)
+    with pytest.raises(ReplayBufferError, match=r"obs has shape \(1, 2, 5\); expected \(1, 2, 3\)"):
+        buf.extend(
+            torch.zeros(2, 5),
+            torch.zeros(2, 3),
+            torch.zeros(2, 1),
+            torch.zeros(2),
+            torch.zeros(2, dtype=torch.bool),
+            torch.zeros(2, dtype=torch.bool),
+        )
+
+
+def test_state_dict_round_trip() -> None:
+    """A buffer restored with its data samples the same transitions under the same RNG."""
+    h = _history(15, 2, seed=3)
+    keys = ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
+    a = ReplayBuffer(2, 8, 3, 6, 2, n_steps=2)
+    a.extend_batch(*(h[k] for k in keys))
+    b = ReplayBuffer(2, 8, 3, 6, 2, n_steps=2)
+    b.load_state_dict(a.state_dict(include_data=True))
+    torch.manual_seed(0)
+    x = a.sample(5)
+    torch.manual_seed(0)
+    y = b.sample(5)
+    for u, v in zip(x, y, strict=True):
+        assert torch.equal(u, v)
+    c = ReplayBuffer(2, 8, 3, 6, 2)
+    c.load_state_dict(a.state_dict(include_data=False))
+    assert len(c) == 0
