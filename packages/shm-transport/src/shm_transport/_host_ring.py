@@ -94,6 +94,7 @@ class HostRing:
         self._slot_views: list[tuple[Tensor, ...]] = [
             tuple(self._regions[name][slot] for name in self._names) for slot in range(capacity)
         ]
+        self._slot_shapes = tuple(torch.Size((layout.num_envs, *spec.shape)) for _, spec in layout.fields)
 
     # ----------------------------------------------------------------------------------- lifecycle
     @classmethod
@@ -232,9 +233,9 @@ class HostRing:
         views = self._slot_views[write % self._capacity]
         if len(fields) != len(views):
             self._raise_bad_fields(fields)
-        for name, view in zip(self._names, views, strict=True):
+        for name, shape, view in zip(self._names, self._slot_shapes, views, strict=True):
             src = fields.get(name)
-            if src is None or src.shape != view.shape:
+            if src is None or src.shape != shape:
                 self._raise_bad_fields(fields)
             view.copy_(src)
         # Publish only after every copy_ above returned: Note [Ring memory ordering], facts 3 and 4.

@@ -16,12 +16,10 @@ _ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 def cuda_ipc_available(device: torch.device | str | int) -> tuple[bool, str]:
     """Probe CUDA IPC on ``device``: ``(True, "ok")`` or ``(False, reason)``.
 
-    Checks, in order: a CUDA device is visible; expandable segments are off (their IPC import needs
-    ``pidfd_getfd`` permissions that containers often deny, pytorch#165685); exporting an IPC handle
-    of a fresh allocation works (it fails on some virtualised GPUs, RL2#14).
+    Checks, in order: expandable segments are off (their IPC import needs ``pidfd_getfd``
+    permissions that containers often deny, pytorch#165685); a CUDA device is visible; exporting an
+    IPC handle of a fresh allocation works (it fails on some virtualised GPUs, RL2#14).
     """
-    if not torch.cuda.is_available():
-        return False, "torch.cuda.is_available() is False (no CUDA device or driver)"
     for var in _ALLOC_CONF_VARS:
         conf = os.environ.get(var, "")
         if "expandable_segments:true" in conf.replace(" ", "").lower():
@@ -29,6 +27,8 @@ def cuda_ipc_available(device: torch.device | str | int) -> tuple[bool, str]:
                 f"{var}={conf!r} enables expandable segments, which CUDA IPC cannot share reliably; "
                 "unset expandable_segments to use CUDA-IPC transport"
             )
+    if not torch.cuda.is_available():
+        return False, "torch.cuda.is_available() is False (no CUDA device or driver)"
     try:
         dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
         probe = torch.zeros(1, device=dev)
