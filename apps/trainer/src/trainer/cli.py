@@ -75,12 +75,13 @@ Ctrl+C once: stop with a final checkpoint; twice: abort.  Keys 1/2/3 switch cons
 
 def main(argv: list[str] | None = None) -> None:
     """Run the trainer CLI and exit with its status."""
+    from fastsac_core import FastSACCoreError
     from trainer.config.exceptions import TrainerAppError
 
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         code = _dispatch(args)
-    except TrainerAppError as error:
+    except (TrainerAppError, FastSACCoreError) as error:
         sys.stderr.write(f"error: {error}\n")
         code = EXIT_USAGE
     except KeyboardInterrupt:
@@ -116,8 +117,8 @@ def _dispatch(args: list[str]) -> int:
     return train(args)
 
 
-def _composed(overrides: list[str]) -> tuple[Any, Path | None, Path | None]:
-    """(resolved run, checkpoint to resume from, run folder of that checkpoint)."""
+def _composed(overrides: list[str]) -> tuple[Any, Path | None, Path | None, int]:
+    """(resolved run, checkpoint to resume from, run folder of that checkpoint, CUDA devices)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -139,13 +140,13 @@ def _composed(overrides: list[str]) -> tuple[Any, Path | None, Path | None]:
     cfg: dict[str, Any] = OmegaConf.to_container(composed, resolve=True)  # type: ignore[assignment]
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     run = resolve_run(cfg, explicit=explicit_keys(overrides), cuda_count=cuda_count)
-    return run, resume_from, previous_run
+    return run, resume_from, previous_run, cuda_count
 
 
 def _print_config(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
-    run, _, _ = _composed(overrides)
+    run, _, _, _ = _composed(overrides)
     sys.stdout.write(OmegaConf.to_yaml(run.config))
     return 0
 
@@ -157,8 +158,8 @@ def train(overrides: list[str]) -> int:
     from trainer.config.placement import describe_placement
     from trainer.run_dir import create_run_dir, default_run_name
 
-    run, resume_from, previous_run = _composed(overrides)
-    placement = describe_placement(run)
+    run, resume_from, previous_run, cuda_count = _composed(overrides)
+    placement = describe_placement(run, cuda_count)
     cfg = run.config
     if cfg["run_name"] is None and previous_run is not None:
         run_dir = previous_run
@@ -238,7 +239,7 @@ def run_trainer(plan: Any, reporter: Any, should_stop: Callable[[], bool], boot_
 
         return run_sync(plan, reporter, should_stop=should_stop)
     try:
-        from trainer.async_trainer import run_async
+        from trainer.async_trainer import run_async  # type: ignore[import-not-found, unused-ignore]
     except ModuleNotFoundError as error:
         if error.name != "trainer.async_trainer":
             raise

@@ -22,7 +22,7 @@ def actor_param_bytes(run: ResolvedRun) -> int:
     return 4 * sum(p.numel() for p in actor.parameters())
 
 
-def describe_placement(run: ResolvedRun) -> str:
+def describe_placement(run: ResolvedRun, cuda_count: int) -> str:
     """The resolved topology as a table (async), or the one-process summary (sync).
 
     Raises:
@@ -30,14 +30,14 @@ def describe_placement(run: ResolvedRun) -> str:
     """
     if not run.config["algo"]["trainer"]["asynchronous"]:
         return f"synchronous trainer: one process, {run.config['task']['num_envs']} envs, device {run.device}"
-    topology = _resolve_topology(run)
+    topology = _resolve_topology(run, cuda_count)
     rendered: str = topology.render()
     return rendered
 
 
-def _resolve_topology(run: ResolvedRun) -> Any:
+def _resolve_topology(run: ResolvedRun, cuda_count: int) -> Any:
     from numa_bind import discover_host
-    from topology import resolve_trainer_topology
+    from topology import TopologyError, resolve_trainer_topology
 
     opts = run.async_options
     try:
@@ -45,8 +45,10 @@ def _resolve_topology(run: ResolvedRun) -> Any:
             num_envs=run.config["task"]["num_envs"],
             num_collectors=opts.num_collectors,
             num_learners=opts.num_learners,
+            batch_size=run.agent.batch_size,
             trainer_device=run.device,
             learner_devices=opts.learner_devices,
+            num_cuda_devices=cuda_count,
             collector_inference_device=opts.collector_inference_device,
             cpus_per_collector=opts.cpus_per_collector,
             transition_ipc=opts.transition_ipc,
@@ -55,5 +57,5 @@ def _resolve_topology(run: ResolvedRun) -> Any:
             actor_param_bytes=actor_param_bytes(run),
             host=discover_host(),
         )
-    except ValueError as error:
+    except TopologyError as error:
         raise TrainerAppError(str(error).splitlines()[0]) from None

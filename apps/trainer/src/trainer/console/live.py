@@ -48,6 +48,7 @@ class RichConsole:
         self._system: SystemSample | None = None
         self._system_t = -float("inf")
         self._keys = KeyReader(self._on_key) if keys else None
+        self._live: Live | None = None  # Live renders once while it is being built
         self._live = (
             Live(
                 get_renderable=self.renderable,

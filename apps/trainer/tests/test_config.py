@@ -1,0 +1,153 @@
+"""Config composition, validation, device resolution and the CPU profile (in-process)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from trainer.config.compose import compose_config, explicit_keys
+from trainer.config.exceptions import ConfigError, TrainerAppError
+from trainer.config.resolve import CPU_PROFILE, apply_cpu_profile, resolve_device, resolve_run
+from trainer.config.store import task_node
+from trainer.config.validate import validate_config
+from trainer.tasks import TASKS
+
+OPTS = "algo.trainer.async_options"
+
+
+def _cfg(*overrides: str) -> dict[str, Any]:
+    cfg = OmegaConf.to_container(compose_config(list(overrides)), resolve=True)
+    assert isinstance(cfg, dict)
+    return cfg  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_task_nodes_come_from_the_registry(name: str) -> None:
+    """Every registry task composes with its env, env count, budget and agent overrides."""
+    spec = TASKS[name]
+    cfg = _cfg(f"task={name}")
+    assert cfg["task"]["env_id"] == spec.env_id
+    assert cfg["task"]["num_envs"] == spec.num_envs
+    assert cfg["algo"]["trainer"]["num_learning_iterations"] == spec.num_learning_iterations
+    for key, value in spec.agent_overrides.items():
+        assert cfg["algo"]["agent"][key] == value
+    assert task_node(spec)["task"]["name"] == name
+
+
+def test_command_line_beats_the_task_node() -> None:
+    """An explicit algo.agent override wins over the task's value, and keys are typed."""
+    cfg = _cfg("task=pendulum", "algo.agent.batch_size=128", f"{OPTS}.num_collectors=2")
+    assert cfg["algo"]["agent"]["batch_size"] == 128
+    assert cfg["algo"]["trainer"]["async_options"]["num_collectors"] == 2
+
+
+def test_explicit_keys_parses_the_override_keys() -> None:
+    """Keys set on the command line are found, with + prefixes stripped."""
+    keys = explicit_keys(["task=ant", "algo.agent.batch_size=4", "+task.extra=1"])
+    assert keys == {"task", "algo.agent.batch_size", "task.extra"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["task=nope"], "task='nope' is invalid: unknown task; choose one of: "),
+        (["algo.agent.batch_size=abc"], "algo.agent.batch_size='abc' is invalid"),
+        (["algo.agent.nokey=1"], "algo.agent.nokey is not a setting"),
+        ([f"{OPTS}.num_collectors=="], "malformed override"),
+        (["foo"], "malformed override: 'foo'"),
+        (["algo.trainer.asynchronous=maybe"], "algo.trainer.asynchronous='maybe' is invalid"),
+    ],
+)
+def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> None:
+    """Hydra/OmegaConf errors are condensed to one line naming the override."""
+    with pytest.raises(TrainerAppError) as info:
+        compose_config(overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(expected)
+    if overrides == ["task=nope"]:
+        assert all(name in message for name in TASKS)
+
+
+@pytest.mark.parametrize(
+    ("override", "setting", "fix_part"),
+    [
+        (f"{OPTS}.ring_capacity=-1", f"{OPTS}.ring_capacity", "positive"),
+        (f"{OPTS}.ring_capacity=0", f"{OPTS}.ring_capacity", "positive"),
+        (f"{OPTS}.utd_mode=fast", f"{OPTS}.utd_mode", "strict or learner_bound"),
+        (f"{OPTS}.transition_ipc=maybe", f"{OPTS}.transition_ipc", "auto, on or off"),
+        (f"{OPTS}.weight_publish_interval=0", f"{OPTS}.weight_publish_interval", "positive"),
+        (f"{OPTS}.num_collectors=3", f"{OPTS}.num_collectors", "choose from {1, 2, 4, 8}"),
+        (f"{OPTS}.num_learners=3", f"{OPTS}.num_learners", "not divisible"),
+        ("algo.trainer.logging_interval=0", "algo.trainer.logging_interval", "positive"),
+        ("algo.trainer.save_interval=-5", "algo.trainer.save_interval", "positive"),
+        ("algo.trainer.device=tpu", "algo.trainer.device", "auto, cpu, cuda or cuda:N"),
+        ("algo.trainer.device=cuda:99", "algo.trainer.device", "cuda"),
+        ("algo.agent.gamma=1.5", "algo.agent.gamma", "(0, 1]"),
+        ("algo.agent.amp_dtype=fp8", "algo.agent.amp_dtype", "bf16 or fp16"),
+        ("console=fancy", "console", "auto, rich or plain"),
+    ],
+)
+def test_invalid_values_name_setting_value_and_fix(override: str, setting: str, fix_part: str) -> None:
+    """Each invalid value raises a ConfigError naming the setting, the value seen and a fix."""
+    cfg = _cfg("task=pendulum", override)
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg, cuda_count=1)
+    assert info.value.setting == setting
+    assert str(info.value).startswith(f"{setting}=")
+    assert fix_part in info.value.fix
+
+
+def test_yaml_booleans_are_accepted_for_switches() -> None:
+    """transition_ipc=true/false mean on/off (the reference accepted YAML booleans)."""
+    cfg = _cfg("task=pendulum", f"{OPTS}.transition_ipc=true", f"{OPTS}.weight_ipc=false")
+    validate_config(cfg, cuda_count=0)
+    assert cfg["algo"]["trainer"]["async_options"]["transition_ipc"] == "on"
+    assert cfg["algo"]["trainer"]["async_options"]["weight_ipc"] == "off"
+
+
+def test_cuda_without_cuda_is_refused() -> None:
+    """device=cuda on a machine with no CUDA device says so and suggests cpu."""
+    cfg = _cfg("task=pendulum", "algo.trainer.device=cuda")
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        validate_config(cfg, cuda_count=0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "expected"),
+    [("auto", 0, "cpu"), ("auto", 2, "cuda:0"), ("cuda", 1, "cuda:0"), ("cuda:1", 2, "cuda:1"), ("cpu", 4, "cpu")],
+)
+def test_device_resolution(spec: str, count: int, expected: str) -> None:
+    """auto picks cuda:0 when CUDA exists, else cpu; cuda means cuda:0."""
+    assert resolve_device(spec, count) == expected
+
+
+def test_cpu_profile_caps_only_keys_the_user_did_not_set() -> None:
+    """The CPU profile lowers the humanoid defaults but keeps an explicit batch_size."""
+    cfg = _cfg("algo.agent.batch_size=4096")
+    notes = apply_cpu_profile(cfg, frozenset({"algo.agent.batch_size"}))
+    assert cfg["algo"]["agent"]["batch_size"] == 4096
+    assert cfg["task"]["num_envs"] == CPU_PROFILE["task.num_envs"]
+    assert cfg["algo"]["agent"]["num_updates"] == CPU_PROFILE["algo.agent.num_updates"]
+    assert any(note.startswith("task.num_envs 512->") for note in notes)
+
+
+def test_cpu_profile_keeps_env_count_divisible_by_collectors() -> None:
+    """With 3 learners and 6 collectors, the capped values stay valid multiples."""
+    cfg = _cfg("task.num_envs=600", f"{OPTS}.num_collectors=6", f"{OPTS}.num_learners=3")
+    apply_cpu_profile(cfg, frozenset())
+    assert cfg["task"]["num_envs"] % 6 == 0
+    assert cfg["algo"]["agent"]["batch_size"] % 3 == 0
+
+
+def test_resolve_run_builds_library_configs() -> None:
+    """A valid config resolves into FastSACConfig/AsyncOptions with the probed dims."""
+    cfg = _cfg("task=pendulum", f"{OPTS}.num_collectors=2", f"{OPTS}.learner_devices=[cpu]")
+    run = resolve_run(cfg, explicit=frozenset(), cuda_count=0)
+    assert run.device == "cpu"
+    assert run.agent.batch_size == TASKS["pendulum"].agent_overrides["batch_size"]
+    assert run.async_options.num_collectors == 2
+    assert run.async_options.learner_devices == ("cpu",)
+    assert run.dims.obs_dim > 0 and run.dims.act_dim > 0

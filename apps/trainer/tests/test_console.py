@@ -1,0 +1,235 @@
+"""Console rendering (plain and rich, into fixed-width string consoles), fan-out, Ctrl+C and keys."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from trainer.console import (
+    FanOut,
+    PlainConsole,
+    RichConsole,
+    StopRequest,
+    SystemSampler,
+    open_console,
+    render_system,
+    snapshot_line,
+)
+from trainer.console._keys import KeyReader
+from trainer.reporting import Snapshot
+
+
+def _snapshot(iteration: int = 50, **scalars: float) -> Snapshot:
+    values = {
+        "perf/env_steps_per_s": 12345.0,
+        "perf/updates_per_s": 96.0,
+        "perf/learn_pct": 87.5,
+        "async/utd": 8.0,
+        "async/policy_lag": 3.0,
+        "async/ring_fill": 12.0,
+        "rollout/mean_return": 4321.0,
+        "rollout/mean_ep_len": 812.0,
+        "train/qf_loss": 1.25,
+        "train/alpha": 0.0123,
+    }
+    values.update(scalars)
+    return Snapshot(
+        iteration=iteration,
+        env_steps=iteration * 64,
+        total_env_steps=1000 * 64,
+        elapsed_s=iteration * 0.5,
+        scalars=values,
+        timing={
+            "collector0": {"env_step": 4.0, "env_step.physics": 3.0, "push": 0.25, "wait": 1.0},
+            "learner0": {"drain": 0.5, "update": 9.5},
+        },
+    )
+
+
+def _render(console: RichConsole, tab: int) -> str:
+    console.tab = tab
+    out = Console(file=io.StringIO(), width=120, color_system=None)
+    out.print(console.renderable())
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(text, str)
+    return text
+
+
+def test_plain_line_holds_progress_returns_and_rates() -> None:
+    """A plain line shows iteration, progress %, return, env steps/s, UTD, learn %, lag and ETA."""
+    line = snapshot_line(_snapshot(50), _snapshot(10))
+    for part in ("it 50 (5.0%)", "return 4.321k", "env/s 12.35k", "utd 8.000", "learn% 87.50", "lag 3.000"):
+        assert part in line
+    # 40 iterations took 20 s; 950 iterations remain -> 475 s.
+    assert "~left 7m55s" in line
+
+
+def test_plain_console_writes_boot_checkpoint_and_rate_limits_lines() -> None:
+    """Boot states and checkpoints always print; snapshots are rate limited but the last one is kept."""
+    stream = io.StringIO()
+    console = PlainConsole(stream, "pendulum/fastsac", min_interval_s=3600)
+    console.worker_state("learner0", "ready")
+    console.report(_snapshot(10))
+    console.report(_snapshot(20))
+    console.checkpoint_saved(Path("runs/x/checkpoints/model_0000020.pt"))
+    console.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "boot: learner0 ready (1/1 ready)"
+    assert lines[1].startswith("[pendulum/fastsac] it 10 ")
+    assert lines[2] == "✓ saved checkpoint runs/x/checkpoints/model_0000020.pt"
+    assert lines[3].startswith("[pendulum/fastsac] it 20 ")
+    assert len(lines) == 4
+
+
+def test_rich_boot_panel_lists_workers_and_failure() -> None:
+    """The boot panel shows each worker's state, then the failure line with the error log path."""
+    console = RichConsole(Console(file=io.StringIO()), "humanoid/fastsac", keys=False, live=False)
+    console.worker_state("learner0", "ready")
+    console.worker_state("collector0", "booting")
+    text = _render(console, 0)
+    assert "humanoid/fastsac · boot" in text
+    assert "learner0" in text and "ready" in text and "collector0" in text and "booting" in text
+    assert "1/2 workers ready" in text
+    console.failed("collector0", "exit code 1", Path("runs/x/async_errors/collector0_error.log"))
+    text = _render(console, 0)
+    assert "boot failed: collector0: exit code 1; see runs/x/async_errors/collector0_error.log" in text
+    assert console.failure is not None
+    console.close()
+
+
+def test_rich_training_tabs_render_overview_timing_system() -> None:
+    """Keys 1/2/3 select Overview (rates, returns, losses), Timing (stage trees) and System (CPUs)."""
+    console = RichConsole(Console(file=io.StringIO()), "humanoid/fastsac", keys=False, live=False)
+    console.report(_snapshot(10))
+    console.report(_snapshot(50))
+    console.checkpoint_saved(Path("runs/x/checkpoints/model_0000050.pt"))
+    overview = _render(console, 0)
+    for part in ("Overview (keys 1/2/3)", "5.0%", "~left", "4.321k", "12.35k", "87.50%", "qf_loss", "ring fill"):
+        assert part in overview, part
+    assert "✓ saved checkpoint runs/x/checkpoints/model_0000050.pt" in overview
+    console._on_key("2")
+    timing = _render(console, console.tab)
+    assert "collector0" in timing and "learner0" in timing
+    assert "physics" in timing and "update" in timing
+    console._on_key("3")
+    system = _render(console, console.tab)
+    assert "cpu" in system and "RAM" in system
+    console.close()
+
+
+def test_timing_shares_are_of_the_group_total() -> None:
+    """Each stage's share is its mean over the group's top-level total (nested stages included)."""
+    console = RichConsole(Console(file=io.StringIO()), "t", keys=False, live=False)
+    console.report(_snapshot(5))
+    text = _render(console, 1)
+    total = 4.0 + 0.25 + 1.0
+    for stage_ms in (4.0, 3.0, 0.25, 1.0):
+        assert f"{100 * stage_ms / total:5.1f}%" in text
+    console.close()
+
+
+def test_system_panel_without_gpu_says_so() -> None:
+    """Without NVML GPUs the system tab renders CPUs and RAM and states that no GPU is visible."""
+    sampler = SystemSampler()
+    sample = sampler.sample()
+    sampler.close()
+    out = Console(file=io.StringIO(), width=100, color_system=None)
+    out.print(render_system(sample))
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert f"cpu{sample.cpu_ids[0]}" in text
+    if not sample.gpus:
+        assert "no GPU visible" in text
+
+
+def test_open_console_picks_plain_without_tty() -> None:
+    """auto gives the plain console on a non-TTY stream, rich when asked."""
+    assert isinstance(open_console("auto", "t", io.StringIO()), PlainConsole)
+    rich_console = open_console("rich", "t", io.StringIO())
+    assert isinstance(rich_console, RichConsole)
+    rich_console.close()
+
+
+class _Recorder:
+    def __init__(self, fail_close: bool = False) -> None:
+        self.snapshots: list[Snapshot] = []
+        self.paths: list[Path] = []
+        self.closed = False
+        self.fail_close = fail_close
+
+    def report(self, snapshot: Snapshot) -> None:
+        self.snapshots.append(snapshot)
+
+    def checkpoint_saved(self, path: Path) -> None:
+        self.paths.append(path)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.fail_close:
+            raise RuntimeError("close failed")
+
+
+def test_fan_out_forwards_and_closes_all_even_after_a_failure() -> None:
+    """FanOut forwards every call to every reporter and closes all of them when one close fails."""
+    first, second = _Recorder(fail_close=True), _Recorder()
+    fan = FanOut([first, second])
+    snap = _snapshot(3)
+    fan.report(snap)
+    fan.checkpoint_saved(Path("a.pt"))
+    with pytest.raises(RuntimeError, match="close failed"):
+        fan.close()
+    assert first.snapshots == second.snapshots == [snap]
+    assert second.paths == [Path("a.pt")]
+    assert first.closed and second.closed
+
+
+def test_first_ctrl_c_requests_stop_second_aborts() -> None:
+    """SIGINT once sets should_stop (and notifies); twice raises KeyboardInterrupt; handler restored."""
+    notified: list[bool] = []
+    previous = signal.getsignal(signal.SIGINT)
+    with StopRequest(on_first=lambda: notified.append(True)) as stop:
+        assert not stop()
+        signal.raise_signal(signal.SIGINT)
+        assert stop() and notified == [True]
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_key_reader_sets_cbreak_and_restores_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a TTY stdin the reader turns echo/canonical mode off, delivers keys and restores the settings."""
+    master, slave = os.openpty()
+    try:
+        with os.fdopen(os.dup(slave), "r") as tty_in:
+            monkeypatch.setattr(sys, "stdin", tty_in)
+            before = termios.tcgetattr(slave)
+            got: list[str] = []
+            reader = KeyReader(got.append)
+            assert reader.start()
+            during = termios.tcgetattr(slave)
+            assert not during[3] & termios.ECHO and not during[3] & termios.ICANON
+            os.write(master, b"2")
+            deadline = time.monotonic() + 5.0
+            while not got and time.monotonic() < deadline:
+                time.sleep(0.01)
+            reader.stop()
+            assert got == ["2"]
+            assert termios.tcgetattr(slave) == before
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_key_reader_does_nothing_without_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a TTY stdin no thread starts and stop() is harmless."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
+    reader = KeyReader(lambda key: None)
+    assert not reader.start()
+    reader.stop()

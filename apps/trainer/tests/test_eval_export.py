@@ -1,0 +1,94 @@
+"""``trainer eval`` and ``trainer export``: a checkpoint's deterministic policy, run and exported to ONNX."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from fastsac_core import FastSACAgent, save_checkpoint
+from trainer.config.exceptions import TrainerAppError
+from trainer.evaluate import eval_main, evaluate, load_policy
+from trainer.export import export_main
+from trainer.run_dir import CONFIG_FILE
+from trainer.tasks import get_task, probe_dims
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder with one pendulum checkpoint whose actor and normalizer are far from their init."""
+    spec = get_task("pendulum")
+    factory = spec.env_factory()
+    dims = probe_dims(factory)
+    agent = FastSACAgent(dims, spec.agent_config(), "cpu", num_envs=2)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in agent.actor.parameters():
+            param.add_(0.5 * torch.randn(param.shape, generator=generator))
+    agent.obs_normalizer(3.0 * torch.randn(256, dims.obs_dim, generator=generator) + 1.0, update=True)
+    folder = tmp_path_factory.mktemp("run")
+    (folder / CONFIG_FILE).write_text(
+        f"task:\n  name: pendulum\n  env_id: {spec.env_id}\n  max_episode_steps: {spec.max_episode_steps}\n"
+    )
+    save_checkpoint(folder / "checkpoints" / "model_0000007.pt", agent, extra={"iteration": 7})
+    return folder
+
+
+def test_export_matches_the_checkpoint_policy(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """onnxruntime on the exported file gives the checkpoint's deterministic actions within 1e-5."""
+    out = tmp_path / "policy.onnx"
+    assert export_main([f"checkpoint={run_dir}", "format=onnx", f"out={out}"]) == 0
+    assert f"-> {out}" in capsys.readouterr().out
+    policy, meta = load_policy(run_dir / "checkpoints" / "model_0000007.pt")
+    obs = (4.0 * torch.randn(64, meta["dims"]["obs_dim"], generator=torch.Generator().manual_seed(1))).float()
+    expected = policy(obs).numpy()
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"obs": obs.numpy()})
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    # The normalizer matters: without it the actions differ.
+    raw = policy.actor(obs, deterministic=True).detach().numpy()
+    assert np.abs(raw - expected).max() > 1e-3
+    sidecar = (tmp_path / "policy.onnx.json").read_text()
+    assert '"obs_dim": 4' in sidecar and '"normalizer_folded": true' in sidecar
+
+
+def test_eval_prints_the_mean_return(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """eval runs N episodes of the run's env and prints their mean return.
+
+    InvertedPendulum-v5 pays +1 per step and 0 on the step that falls, so each return is its
+    length (time limit) or its length - 1 (fell).
+    """
+    assert eval_main([f"checkpoint={run_dir}", "episodes=3", "seed=5"]) == 0
+    line = capsys.readouterr().out.strip()
+    policy, _ = load_policy(run_dir / "checkpoints" / "model_0000007.pt")
+    result = evaluate(policy, get_task("pendulum").env_factory(), 3, seed=5)
+    assert len(result.returns) == 3
+    assert all(r in (n, n - 1) for r, n in zip(result.returns, result.lengths, strict=True))
+    assert f"mean return {result.mean_return:.2f}" in line
+    assert "over 3 episodes" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["episodes=3"], "checkpoint is missing"),
+        (["checkpoint=/nonexistent/run"], "resume='/nonexistent/run' is invalid: no such file"),
+        (["checkpoint={run}", "episodes=0"], "episodes='0' is invalid"),
+        (["checkpoint={run}", "bogus=1"], "bogus='1' is not an option of `trainer eval`"),
+        (["checkpoint={run}", "nokv"], "malformed argument 'nokv'"),
+    ],
+)
+def test_eval_bad_arguments(run_dir: Path, args: list[str], message: str) -> None:
+    """Bad eval arguments raise one-line errors naming the argument."""
+    with pytest.raises(TrainerAppError) as info:
+        eval_main([a.format(run=run_dir) for a in args])
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_export_refuses_unknown_format(run_dir: Path) -> None:
+    """format=tflite is refused with the supported format named."""
+    with pytest.raises(TrainerAppError, match="format='tflite' is invalid: use format=onnx"):
+        export_main([f"checkpoint={run_dir}", "format=tflite"])
