@@ -267,9 +267,20 @@ def bound_for_child(
     try:
         yield result
     finally:
+        _restore(result, saved_cpus, saved_policy)
+
+
+def _restore(
+    result: BindResult, saved_cpus: set[int] | None, saved_policy: tuple[int, tuple[int, ...]] | None
+) -> None:
+    """Put back what ``bound_for_child`` changed; a refusal here is logged, not raised."""
+    calls = syscalls()
+    try:
         if result.cpus_applied and saved_cpus is not None:
             os.sched_setaffinity(0, saved_cpus)
         if result.memory_applied and calls is not None and saved_policy is not None:
             mode, saved_nodes = saved_policy
             without_nodes = mode & ~MODE_FLAGS in (MODES["default"], MODES["local"])
             calls.set_mempolicy(mode, () if without_nodes else saved_nodes)
+    except OSError as exc:
+        _LOG.warning("could not restore the parent's binding after starting a child: %s", exc)
