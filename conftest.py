@@ -50,6 +50,17 @@ def _children(pid: int) -> set[int]:
     return found
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _resource_tracker() -> None:
+    """Start multiprocessing's resource tracker up front: it lives for the whole session by design.
+
+    Started lazily by the first test that spawns, it would otherwise count as that test's leak.
+    """
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     shm_before = _shm_entries()
