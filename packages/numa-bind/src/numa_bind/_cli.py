@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 
 from numa_bind._bind import binding_supported, current_mempolicy
@@ -70,11 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     layout = discover_host(sysfs_root=args.sysfs_root, with_gpus=not args.no_gpus)
     policy = current_mempolicy()
-    print(render_layout(layout))  # noqa: T201
-    print(  # noqa: T201
-        f"binding supported: {'yes' if binding_supported() else 'no'}; "
-        f"memory policy: {policy.mode} {format_cpulist(policy.nodes)}".rstrip()
-    )
+    try:
+        print(render_layout(layout))  # noqa: T201
+        print(  # noqa: T201
+            f"binding supported: {'yes' if binding_supported() else 'no'}; "
+            f"memory policy: {policy.mode} {format_cpulist(policy.nodes)}".rstrip()
+        )
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader (``| head``) went away: not an error of ours. Point stdout at devnull so the
+        # interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
