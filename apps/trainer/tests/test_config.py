@@ -117,10 +117,16 @@ def test_cuda_without_cuda_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "count", "expected"),
-    [("auto", 0, "cpu"), ("auto", 2, "cuda:0"), ("cuda", 1, "cuda:0"), ("cuda:1", 2, "cuda:1"), ("cpu", 4, "cpu")],
+    [
+        ("auto", 0, "cpu"),
+        ("auto", 2, "cuda:0"),
+        ("cuda", 1, "cuda:0"),
+        ("cuda:1", 2, "cuda:1"),
+        ("cpu", 4, "cpu"),
+    ],
 )
 def test_device_resolution(spec: str, count: int, expected: str) -> None:
-    """auto picks cuda:0 when CUDA exists, else cpu; cuda means cuda:0."""
+    """Device auto picks cuda:0 when CUDA exists, else cpu; cuda means cuda:0."""
     assert resolve_device(spec, count) == expected
 
 

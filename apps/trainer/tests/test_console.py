@@ -112,7 +112,16 @@ def test_rich_training_tabs_render_overview_timing_system() -> None:
     console.report(_snapshot(50))
     console.checkpoint_saved(Path("runs/x/checkpoints/model_0000050.pt"))
     overview = _render(console, 0)
-    for part in ("Overview (keys 1/2/3)", "5.0%", "~left", "4.321k", "12.35k", "87.50%", "qf_loss", "ring fill"):
+    for part in (
+        "Overview (keys 1/2/3)",
+        "5.0%",
+        "~left",
+        "4.321k",
+        "12.35k",
+        "87.50%",
+        "qf_loss",
+        "ring fill",
+    ):
         assert part in overview, part
     assert "✓ saved checkpoint runs/x/checkpoints/model_0000050.pt" in overview
     console._on_key("2")
@@ -150,7 +159,7 @@ def test_system_panel_without_gpu_says_so() -> None:
 
 
 def test_open_console_picks_plain_without_tty() -> None:
-    """auto gives the plain console on a non-TTY stream, rich when asked."""
+    """Mode auto gives the plain console on a non-TTY stream, rich when asked."""
     assert isinstance(open_console("auto", "t", io.StringIO()), PlainConsole)
     rich_console = open_console("rich", "t", io.StringIO())
     assert isinstance(rich_console, RichConsole)

@@ -37,8 +37,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def test_export_matches_the_checkpoint_policy(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """onnxruntime on the exported file gives the checkpoint's deterministic actions within 1e-5."""
+def test_export_matches_the_checkpoint_policy(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ONNX Runtime on the exported file gives the checkpoint's deterministic actions within 1e-5."""
     out = tmp_path / "policy.onnx"
     assert export_main([f"checkpoint={run_dir}", "format=onnx", f"out={out}"]) == 0
     assert f"-> {out}" in capsys.readouterr().out
@@ -56,7 +58,7 @@ def test_export_matches_the_checkpoint_policy(run_dir: Path, tmp_path: Path, cap
 
 
 def test_eval_prints_the_mean_return(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """eval runs N episodes of the run's env and prints their mean return.
+    """The eval command runs N episodes of the run's env and prints their mean return.
 
     InvertedPendulum-v5 pays +1 per step and 0 on the step that falls, so each return is its
     length (time limit) or its length - 1 (fell).

@@ -55,12 +55,17 @@ def test_events_hold_design_names_steps_and_values(tmp_path: Path) -> None:
     assert set(DESIGN_NAMES) <= tags
     assert "train/not_finite" not in tags
     for i, name in enumerate(DESIGN_NAMES):
-        assert [(e.step, e.value) for e in events.Scalars(name)] == [(10, 10.0 * (i + 1)), (20, 20.0 * (i + 1))]
+        assert [(e.step, e.value) for e in events.Scalars(name)] == [
+            (10, 10.0 * (i + 1)),
+            (20, 20.0 * (i + 1)),
+        ]
     assert [e.value for e in events.Scalars("perf/collector_env_step_ms")] == [3.0, 3.0]
     assert [e.value for e in events.Scalars("perf/collector_push_ms")] == [2.0, 2.0]
 
 
 def test_stage_means_come_from_collector_groups_only() -> None:
     """Collector stage means are derived from the collector groups, not learners or the sync loop."""
-    means = collector_stage_means({"collector0": {"wait": 1.0}, "learner0": {"update": 9.0}, "sync": {"x": 1.0}})
+    means = collector_stage_means(
+        {"collector0": {"wait": 1.0}, "learner0": {"update": 9.0}, "sync": {"x": 1.0}}
+    )
     assert means == {"perf/collector_wait_ms": 1.0}

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "run_trainer", "train"]
+__all__ = ["main", "select_trainer", "train"]
 
 _log = logging.getLogger("trainer")
 
@@ -160,6 +160,7 @@ def train(overrides: list[str]) -> int:
 
     run, resume_from, previous_run, cuda_count = _composed(overrides)
     placement = describe_placement(run, cuda_count)
+    trainer_fn = select_trainer(run.config["algo"]["trainer"]["asynchronous"])
     cfg = run.config
     if cfg["run_name"] is None and previous_run is not None:
         run_dir = previous_run
@@ -179,10 +180,10 @@ def train(overrides: list[str]) -> int:
     if resume_from is not None:
         out.write(f"resuming from {resume_from}\n")
     out.flush()
-    return _run_with_console(plan, cfg["console"])
+    return _run_with_console(plan, cfg["console"], trainer_fn)
 
 
-def _run_with_console(plan: Any, console_mode: str) -> int:
+def _run_with_console(plan: Any, console_mode: str, trainer_fn: Callable[..., object]) -> int:
     from trainer.console import ConsoleLogHandler, FanOut, StopRequest, open_console
     from trainer.tensorboard import TensorBoardReporter
 
@@ -195,7 +196,7 @@ def _run_with_console(plan: Any, console_mode: str) -> int:
         with console, StopRequest(on_first=console.stop_requested) as stop:
             root.addHandler(handler)
             root.setLevel(logging.INFO)
-            result = run_trainer(plan, FanOut([console, tensorboard]), stop, console)
+            result = trainer_fn(plan, FanOut([console, tensorboard]), should_stop=stop, boot_view=console)
     except Exception as error:
         if console.failure is None:
             raise
@@ -222,22 +223,26 @@ def _summary(result: object) -> str:
     return str(result)
 
 
-def run_trainer(plan: Any, reporter: Any, should_stop: Callable[[], bool], boot_view: Any) -> object:
-    """Run the trainer the plan asks for and return its result.
+def select_trainer(asynchronous: bool) -> Callable[..., object]:
+    """The trainer entry point to call as ``fn(plan, reporter, should_stop=..., boot_view=...)``.
 
-    The synchronous trainer is ``trainer.sync_trainer.run_sync(plan, reporter, should_stop=...)``;
-    the asynchronous one is ``trainer.async_trainer.run_async(plan, reporter, should_stop=...,
-    boot_view=...)`` (imported lazily, so the sync path never imports the async engine).
+    The synchronous trainer is ``trainer.sync_trainer.run_sync(plan, reporter, should_stop=...)``
+    (it takes no boot view); the asynchronous one is ``trainer.async_trainer.run_async(plan,
+    reporter, should_stop=..., boot_view=...)``, imported lazily so the sync path never imports
+    the async engine.
 
     Raises:
         TrainerAppError: The asynchronous trainer is not part of this build.
     """
     from trainer.config.exceptions import TrainerAppError
 
-    if not plan.asynchronous:
+    if not asynchronous:
         from trainer.sync_trainer import run_sync
 
-        return run_sync(plan, reporter, should_stop=should_stop)
+        def sync(plan: Any, reporter: Any, *, should_stop: Callable[[], bool], boot_view: Any) -> object:
+            return run_sync(plan, reporter, should_stop=should_stop)
+
+        return sync
     try:
         from trainer.async_trainer import run_async  # type: ignore[import-not-found, unused-ignore]
     except ModuleNotFoundError as error:
@@ -247,4 +252,4 @@ def run_trainer(plan: Any, reporter: Any, should_stop: Callable[[], bool], boot_
             "algo.trainer.asynchronous=True is invalid: the asynchronous trainer is not in this build; "
             "use algo.trainer.asynchronous=false"
         ) from None
-    return run_async(plan, reporter, should_stop=should_stop, boot_view=boot_view)
+    return run_async  # type: ignore[no-any-return, unused-ignore]

@@ -1,0 +1,122 @@
+"""Bad input on the command line: exit code 2, exactly one line on stderr, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.cli import main
+
+OPTS = "algo.trainer.async_options"
+APP_DIR = Path(__file__).resolve().parents[1]
+
+
+def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    assert info.value.code == 2
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["task=pendulum", f"{OPTS}.num_collectors=3"],
+            f"error: {OPTS}.num_collectors=3 is invalid: task.num_envs=8 is not divisible by it; "
+            "choose from {1, 2, 4, 8}",
+        ),
+        (
+            ["task=pendulum", f"{OPTS}.num_learners=2", f"{OPTS}.num_collectors=1"],
+            f"error: {OPTS}.num_learners=2",
+        ),
+        (
+            ["task=cartpole"],
+            "error: task='cartpole' is invalid: unknown task; choose one of: ant, halfcheetah",
+        ),
+        (["task=pendulum", "algo.trainer.device=cuda:99"], "error: algo.trainer.device='cuda:99' is invalid"),
+        (
+            ["task=pendulum", "algo.trainer.device=gpu"],
+            "error: algo.trainer.device='gpu' is invalid: use auto",
+        ),
+        (
+            ["task=pendulum", f"{OPTS}.ring_capacity=-4"],
+            f"error: {OPTS}.ring_capacity=-4 is invalid: use a positive",
+        ),
+        (
+            ["task=pendulum", f"{OPTS}.num_collectors=="],
+            f"error: malformed override: '{OPTS}.num_collectors=='",
+        ),
+        (
+            ["task=pendulum", f"{OPTS}.utd_mode=greedy"],
+            f"error: {OPTS}.utd_mode='greedy' is invalid: use strict",
+        ),
+        (["task=pendulum", f"{OPTS}.transition_ipc=sometimes"], f"error: {OPTS}.transition_ipc='sometimes'"),
+        (["task=pendulum", "algo.trainer.save_interval=0"], "error: algo.trainer.save_interval=0 is invalid"),
+        (["task=pendulum", "algo.agent.batch_size=big"], "error: algo.agent.batch_size='big' is invalid"),
+        (["task=pendulum", "algo.agent.no_such_key=1"], "error: algo.agent.no_such_key is not a setting"),
+        (["--cfg", "hydra"], "error: --cfg 'hydra' is not supported; use `--cfg job`"),
+    ],
+)
+def test_bad_input_exits_with_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    """Each invalid value exits 2 with one stderr line naming the setting, the value and the fix."""
+    assert _fail(capsys, args).startswith(expected)
+
+
+def test_cuda_on_a_machine_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    """device=cuda without a CUDA device is refused (on a GPU machine cuda:99 covers the same path)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    line = _fail(capsys, ["task=pendulum", "algo.trainer.device=cuda"])
+    expected = "error: algo.trainer.device='cuda' is invalid: CUDA is not available on this machine"
+    assert line == f"{expected}; use cpu (or auto)"
+
+
+def test_resume_without_checkpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """resume=<folder without checkpoints> says so and leaves no run folder behind."""
+    line = _fail(capsys, ["task=pendulum", f"resume={tmp_path}", f"runs_root={tmp_path / 'runs'}"])
+    assert line.startswith(f"error: resume='{tmp_path}' is invalid: ")
+    assert "holds no model_*.pt checkpoint" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_invalid_config_creates_no_run_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Validation happens before the run folder exists."""
+    _fail(capsys, ["task=pendulum", f"{OPTS}.ring_capacity=0", f"runs_root={tmp_path / 'runs'}"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """--cfg job prints the resolved config (task node applied, overrides applied) and exits 0."""
+    with pytest.raises(SystemExit) as info:
+        main(["--cfg", "job", "task=hopper", f"{OPTS}.num_collectors=8"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0
+    assert "env_id: Hopper-v5" in out and "num_collectors: 8" in out
+
+
+def test_subprocess_error_is_one_line_without_traceback() -> None:
+    """In a real process a malformed override prints one line on stderr and exits 2."""
+    result = subprocess.run(
+        [sys.executable, str(APP_DIR), "task=pendulum", "oops"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: malformed override: 'oops' (missing EQUAL at '<EOF>'); write overrides as key=value, "
+        "e.g. algo.trainer.async_options.num_collectors=2"
+    ]
