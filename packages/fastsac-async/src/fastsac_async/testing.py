@@ -17,10 +17,13 @@ import numpy.typing as npt
 
 from fastsac_async.worker_process import worker_process
 from fastsac_core.env import BatchedEnv, EnvDims, StepResult
+from numa_bind import discover_host
+from topology import TrainerTopology, resolve_trainer_topology
 
 __all__ = [
     "FakeBatchedEnv",
     "FakeEnvFactory",
+    "cpu_topology",
     "failing_worker",
     "orphaning_parent",
     "sleeping_worker",
@@ -178,3 +181,25 @@ def orphaning_parent(*, run_dir: Path, pid_file: Path) -> None:
     pid_file.write_text(str(sup.pid("orphan")))
     time.sleep(60.0)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def cpu_topology(
+    *, num_envs: int, num_collectors: int, num_learners: int, batch_size: int
+) -> TrainerTopology:
+    """A CPU-only, unbound topology on this host (for tests and benchmarks)."""
+    return resolve_trainer_topology(
+        num_envs=num_envs,
+        num_collectors=num_collectors,
+        num_learners=num_learners,
+        batch_size=batch_size,
+        trainer_device="cpu",
+        learner_devices=None,
+        num_cuda_devices=0,
+        collector_inference_device="cpu",
+        cpus_per_collector=None,
+        transition_ipc="off",
+        weight_ipc="off",
+        weight_ipc_min_bytes=1 << 24,
+        actor_param_bytes=0,
+        host=discover_host(with_gpus=False),
+    )

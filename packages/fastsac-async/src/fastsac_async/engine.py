@@ -1,0 +1,330 @@
+"""The parent's side of an asynchronous run: allocate, spawn, boot, monitor, shut down, clean up.
+
+# Note [engine lifecycle]
+1. Allocate in the parent (the only creator, so the only one to unlink): one ring per collector
+   (``HostRing``, or ``RingCursors`` when its learner allocates a CUDA-IPC ring), one weight channel
+   per collector, the shared :class:`~fastsac_async.control.Control`, the stats queue and the
+   :class:`~shm_transport.StartupHandshake`.
+2. Spawn learners, then collectors (each inside ``numa_bind.bound_for_child`` when placed on a
+   node), report each as "booting"; wait for every "ready" (``boot_timeout_s``) while watching for a
+   worker that dies during start-up; release them together.
+3. Monitor: collect stats, call back, stop on request or time limit (stop flag), fail on any
+   worker that exits non-zero, finish when every learner is done.
+4. Shut down (always, bounded, idempotent): stop flag; join collectors; let the learners exit (a
+   CUDA-IPC allocation must outlive its consumers); join learners; terminate; kill. Then close and
+   unlink every segment exactly once, so /dev/shm is clean also after a worker was SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastsac_async.control import Control
+from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, WorkerFailed
+from fastsac_async.spec import EngineSpec, collector_name, learner_name, weight_extras
+from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot, aggregate_collectors
+from fastsac_async.supervisor import Supervisor
+from fastsac_async.workers import run_collector, run_learner
+from fastsac_core import build_actor, peek_checkpoint
+from numa_bind import bound_for_child
+from shm_transport import (
+    HandshakeAborted,
+    HostRing,
+    RingCursors,
+    StartupHandshake,
+    WeightChannel,
+    transition_layout,
+)
+
+__all__ = ["AsyncEngine", "EngineResult", "EngineStats", "run_engine"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineStats:
+    """One stats tick of a running engine (built when learner 0 reports)."""
+
+    elapsed_s: float
+    """Seconds since release."""
+    global_step: int
+    """Full batches seen by learner 0."""
+    collector_steps: list[int]
+    """Steps of every collector."""
+    updates: int
+    """Updates run by learner 0."""
+    learners: dict[int, LearnerSnapshot]
+    """Latest snapshot of each rank."""
+    collectors: dict[int, CollectorSnapshot]
+    """Latest snapshot of each collector."""
+    summary: CollectorSummary
+    """Collectors aggregated."""
+    checkpoint: str | None = None
+    """A checkpoint written since the last tick."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineResult:
+    """How a run ended."""
+
+    global_step: int
+    """Full batches seen by learner 0."""
+    collector_steps: list[int]
+    """Steps of every collector."""
+    updates: int
+    """Updates run by learner 0."""
+    stopped_early: bool
+    """A stop was requested (Ctrl+C, should_stop, time limit) before the budget was reached."""
+    last_checkpoint: str | None = None
+    """The last checkpoint written."""
+    elapsed_s: float = 0.0
+    """Seconds of training (boot excluded)."""
+
+
+@dataclass
+class _Segments:
+    rings: list[HostRing | RingCursors] = field(default_factory=list)
+    channels: list[WeightChannel] = field(default_factory=list)
+
+    def release(self) -> None:
+        for seg in [*self.rings, *self.channels]:
+            with contextlib.suppress(Exception):
+                seg.close()
+            try:
+                seg.unlink()
+            except Exception:
+                _log.exception("could not unlink a segment")
+        self.rings.clear()
+        self.channels.clear()
+
+
+class AsyncEngine:
+    """Runs one asynchronous training run (see Note [engine lifecycle]).
+
+    Args:
+        spec: The resolved run.
+    """
+
+    def __init__(self, spec: EngineSpec) -> None:
+        if spec.options.ring_capacity < 1:
+            raise AsyncConfigError(
+                f"async_options.ring_capacity={spec.options.ring_capacity} must be at least 1; "
+                "64 is the default"
+            )
+        self.spec = spec
+        self._collectors = [collector_name(c.index) for c in spec.topology.collectors]
+        self._learners = [learner_name(p.rank) for p in spec.topology.learners]
+
+    def _allocate(self, segments: _Segments) -> tuple[dict[int, Any], dict[int, Any]]:
+        spec, dims = self.spec, self.spec.dims
+        numel = sum(p.numel() for p in build_actor(dims, spec.agent).parameters())
+        ring_handles: dict[int, Any] = {}
+        weight_handles: dict[int, Any] = {}
+        for c in spec.topology.collectors:
+            cap = spec.options.ring_capacity
+            ring: HostRing | RingCursors
+            if c.transition_transport == "cuda_ipc":
+                ring = RingCursors.create(cap)
+            else:
+                width = c.env_stop - c.env_start
+                ring = HostRing.create(
+                    transition_layout(width, dims.obs_dim, dims.critic_obs_dim, dims.act_dim), cap
+                )
+            segments.rings.append(ring)
+            ring_handles[c.index] = ring.handle
+            channel = WeightChannel.create(
+                numel, weight_extras(dims), host_slots=c.weight_transport == "host"
+            )
+            segments.channels.append(channel)
+            weight_handles[c.index] = channel.handle
+        return ring_handles, weight_handles
+
+    def run(
+        self,
+        *,
+        on_stats: Callable[[EngineStats], None] = lambda stats: None,
+        on_boot: Callable[[str, str], None] = lambda worker, state: None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> EngineResult:
+        """Run to the end of the budget, a stop request, or a worker failure.
+
+        Args:
+            on_stats: Called with every stats tick.
+            on_boot: ``(worker, state)`` during start-up: ``booting``, ``ready``, ``running``.
+            should_stop: Polled; True requests a clean stop (final checkpoint included).
+
+        Raises:
+            WorkerFailed: A worker exited unexpectedly (the run was stopped and cleaned up).
+            BootTimeoutError: Workers did not report ready within ``boot_timeout_s``.
+        """
+        spec = self.spec
+        sup = Supervisor(spec.run_dir)
+        ctx = sup.context
+        control = Control(spec.num_collectors, spec.num_learners)
+        if spec.resume_from is not None:
+            extra = peek_checkpoint(spec.resume_from)["extra"]
+            steps = extra.get("collector_steps")
+            gstep = int(extra.get("global_step", 0))
+            control.resume_collector_steps(list(steps) if steps else [gstep] * spec.num_collectors)
+        segments = _Segments()
+        handshake = StartupHandshake(
+            ctx, collectors=self._collectors, workers=self._learners + self._collectors
+        )
+        stats_queue = ctx.Queue(maxsize=16 * (spec.num_collectors + spec.num_learners))
+        try:
+            ring_handles, weight_handles = self._allocate(segments)
+            common = {"spec": spec, "control": control, "handshake": handshake, "stats_queue": stats_queue}
+            for p in spec.topology.learners:
+                own = {c.index for c in spec.topology.collectors_of(p.rank)}
+                self._spawn(
+                    sup, learner_name(p.rank), run_learner, p.numa_node, spec.learner_threads,
+                    dict(common, rank=p.rank,
+                         ring_handles={i: h for i, h in ring_handles.items() if i in own},
+                         weight_handles={i: h for i, h in weight_handles.items() if i in own}),
+                    on_boot,
+                )  # fmt: skip
+            for c in spec.topology.collectors:
+                threads = len(c.cpus) if c.cpus else 1
+                self._spawn(sup, collector_name(c.index), run_collector, c.numa_node, threads,
+                            dict(common, index=c.index), on_boot)  # fmt: skip
+            self._boot(sup, handshake, on_boot, should_stop)
+            return self._monitor(sup, control, stats_queue, on_stats, should_stop)
+        finally:
+            control.request_stop()
+            sup.shutdown(
+                [self._collectors, self._learners],
+                spec.shutdown_timeout_s,
+                before_group=lambda i: control.release_learners() if i == 1 else None,
+            )
+            handshake.close()
+            stats_queue.close()
+            stats_queue.join_thread()
+            segments.release()
+
+    def _spawn(
+        self,
+        sup: Supervisor,
+        name: str,
+        target: Callable[..., None],
+        node: int | None,
+        threads: int,
+        kwargs: dict[str, Any],
+        on_boot: Callable[[str, str], None],
+    ) -> None:
+        placement = None if node is None else (lambda: bound_for_child(nodes=[node]))
+        sup.spawn(name, target, kwargs, threads=threads, placement=placement)
+        on_boot(name, "booting")
+
+    def _fail_on_exit(self, sup: Supervisor, allow_clean_exit: bool) -> None:
+        for exit_ in sup.new_exits():
+            if exit_.exitcode != 0 or not allow_clean_exit:
+                raise sup.failure(exit_)
+
+    def _boot(
+        self,
+        sup: Supervisor,
+        handshake: StartupHandshake,
+        on_boot: Callable[[str, str], None],
+        should_stop: Callable[[], bool],
+    ) -> None:
+        deadline = time.monotonic() + self.spec.options.boot_timeout_s
+        dead: list[WorkerFailed] = []
+
+        def abort() -> bool:
+            for exit_ in sup.new_exits():
+                dead.append(sup.failure(exit_, "during start-up"))
+            return bool(dead) or should_stop()
+
+        def ready(worker: str) -> None:
+            on_boot(worker, "ready")
+
+        try:
+            handshake.wait_all_ready(
+                timeout_s=max(0.0, deadline - time.monotonic()), should_stop=abort, on_ready=ready
+            )
+        except HandshakeAborted:
+            if dead:
+                raise dead[0] from None
+            raise
+        except TimeoutError as exc:  # HandshakeTimeout
+            raise BootTimeoutError(
+                sup.alive(), self.spec.options.boot_timeout_s, self.spec.run_dir / "logs"
+            ) from exc
+        handshake.release()
+        for name in sup.names:
+            on_boot(name, "running")
+
+    def _monitor(
+        self,
+        sup: Supervisor,
+        control: Control,
+        stats_queue: Any,
+        on_stats: Callable[[EngineStats], None],
+        should_stop: Callable[[], bool],
+    ) -> EngineResult:
+        spec = self.spec
+        start = time.monotonic()
+        learners: dict[int, LearnerSnapshot] = {}
+        collectors: dict[int, CollectorSnapshot] = {}
+        last_checkpoint: str | None = None
+        stopped_early = False
+        while True:
+            sup.wait(0.05)
+            for exit_ in sup.new_exits():
+                learner_exit = exit_.name in self._learners
+                if exit_.exitcode != 0 or (learner_exit and not control.learner_done(int(exit_.name[7:]))):
+                    raise sup.failure(exit_)
+            while True:
+                try:
+                    item = stats_queue.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, CollectorSnapshot):
+                    collectors[item.index] = item
+                elif isinstance(item, LearnerSnapshot):
+                    learners[item.rank] = item
+                    last_checkpoint = item.checkpoint or last_checkpoint
+                    if item.rank == 0:
+                        on_stats(
+                            EngineStats(
+                                elapsed_s=time.monotonic() - start,
+                                global_step=control.global_step,
+                                collector_steps=control.all_collector_steps(),
+                                updates=control.updates,
+                                learners=dict(learners),
+                                collectors=dict(collectors),
+                                summary=aggregate_collectors(list(collectors.values())),
+                                checkpoint=item.checkpoint,
+                            )
+                        )
+            if all(control.learner_done(r) for r in range(spec.num_learners)):
+                break
+            over_time = spec.time_limit_s is not None and time.monotonic() - start > spec.time_limit_s
+            if not control.stop_requested and (over_time or should_stop()):
+                _log.info("stop requested; learners finish with a checkpoint")
+                control.request_stop()
+                stopped_early = True
+        return EngineResult(
+            global_step=control.global_step,
+            collector_steps=control.all_collector_steps(),
+            updates=control.updates,
+            stopped_early=stopped_early,
+            last_checkpoint=last_checkpoint,
+            elapsed_s=time.monotonic() - start,
+        )
+
+
+def run_engine(
+    spec: EngineSpec,
+    on_stats: Callable[[EngineStats], None] = lambda stats: None,
+    on_boot: Callable[[str, str], None] = lambda worker, state: None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> EngineResult:
+    """Run ``spec`` with :class:`AsyncEngine` (see :meth:`AsyncEngine.run`)."""
+    return AsyncEngine(spec).run(on_stats=on_stats, on_boot=on_boot, should_stop=should_stop)

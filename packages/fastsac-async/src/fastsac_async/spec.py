@@ -1,0 +1,85 @@
+"""What the parent hands every worker: the resolved run, picklable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fastsac_async.config import AsyncOptions
+from fastsac_core import EnvDims, EnvFactory, FastSACConfig
+from shm_transport import FieldSpec
+from topology import TrainerTopology
+
+__all__ = ["EngineSpec", "checkpoint_file", "collector_name", "learner_name", "weight_extras"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """A resolved asynchronous run (the app builds it from its RunPlan and the topology)."""
+
+    topology: TrainerTopology
+    """Placement of every learner and collector, and their transports."""
+    env_factory: EnvFactory
+    """Picklable ``(num_envs, seed) -> BatchedEnv``."""
+    dims: EnvDims
+    """Task dimensions and action bounds."""
+    agent: FastSACConfig
+    """FastSAC hyper-parameters."""
+    options: AsyncOptions
+    """Asynchronous options."""
+    seed: int
+    """Base seed (collector i uses seed + i, learner r seed + 1000 + r)."""
+    num_iterations: int
+    """Iterations (full env batches) of the run, counted from zero."""
+    logging_interval: int
+    """Iterations between stats snapshots."""
+    save_interval: int
+    """Iterations between checkpoints (0: only the final one)."""
+    run_dir: Path
+    """The run folder."""
+    resume_from: Path | None = None
+    """Checkpoint to continue from."""
+    time_limit_s: float | None = None
+    """Wall-clock budget of training (None: none)."""
+    rendezvous_timeout_s: float = 120.0
+    """Longest wait for the learners' process group to form."""
+    shutdown_timeout_s: float = 30.0
+    """Budget of the graceful part of the shutdown (then terminate, then kill)."""
+    learner_threads: int = 2
+    """torch threads of a learner process."""
+
+    @property
+    def num_collectors(self) -> int:
+        """Collector processes."""
+        return len(self.topology.collectors)
+
+    @property
+    def num_learners(self) -> int:
+        """Learner processes."""
+        return len(self.topology.learners)
+
+
+def collector_name(index: int) -> str:
+    """Worker name of collector ``index``."""
+    return f"collector{index}"
+
+
+def learner_name(rank: int) -> str:
+    """Worker name of learner ``rank``."""
+    return f"learner{rank}"
+
+
+def checkpoint_file(run_dir: Path, gstep: int) -> Path:
+    """``checkpoints/model_{gstep:07d}.pt`` under the run folder (the app's naming)."""
+    return run_dir / "checkpoints" / f"model_{gstep:07d}.pt"
+
+
+def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:
+    """Extras published with the actor weights (``FastSACAgent.policy_extras``)."""
+    return {
+        "obs_mean": FieldSpec((dims.obs_dim,), torch.float32),
+        "obs_std": FieldSpec((dims.obs_dim,), torch.float32),
+        "obs_count": FieldSpec((1,), torch.float32),
+    }

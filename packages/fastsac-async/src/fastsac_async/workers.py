@@ -1,0 +1,307 @@
+"""Process entry points of the collectors and the learners (keyword arguments only).
+
+Both start inside :func:`~fastsac_async.worker_process.worker_process` (parent-death tie, SIGINT
+ignored, log redirect, traceback file) and bind themselves first (CPUs, then memory policy), before
+any large allocation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastsac_async.collective import Collective, SoloCollective, TorchCollective
+from fastsac_async.collector import Collector, CollectorSettings
+from fastsac_async.control import Control
+from fastsac_async.decider import TrainDecider
+from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name
+from fastsac_async.stats import offer
+from fastsac_async.worker_process import worker_process
+from fastsac_core import FastSACAgent, InferencePolicy, load_checkpoint
+from numa_bind import bind_current_process
+from shm_transport import (
+    CudaIpcProducerHandle,
+    CudaIpcRing,
+    CudaIpcWeightHandle,
+    CudaIpcWeightReader,
+    CudaIpcWeightWriter,
+    HostRing,
+    HostRingHandle,
+    HostWeightReader,
+    HostWeightWriter,
+    RingCursorsHandle,
+    StartupHandshake,
+    TransitionRing,
+    WeightChannel,
+    WeightChannelHandle,
+    WeightReader,
+    WeightWriter,
+    transition_layout,
+)
+
+__all__ = ["run_collector", "run_learner"]
+
+_log = logging.getLogger(__name__)
+
+
+def _bind(cpus: tuple[int, ...] | None, node: int | None) -> None:
+    if cpus is None and node is None:
+        return
+    result = bind_current_process(cpus=cpus, nodes=None if node is None else [node])
+    _log.info("bound to cpus=%s node=%s: %s", cpus, node, result)
+
+
+def _send(stats_queue: Any, item: object) -> None:
+    offer(stats_queue, item)
+
+
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def run_collector(
+    *,
+    name: str,
+    run_dir: Path,
+    parent_pid: int,
+    threads: int,
+    spec: EngineSpec,
+    index: int,
+    control: Control,
+    handshake: StartupHandshake,
+    stats_queue: Any,
+) -> None:
+    """Collector process: bind, build its env shard, receive its slots, warm up, then collect."""
+    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+        stats_queue.cancel_join_thread()  # never wait on the parent at exit
+        place = spec.topology.collectors[index]
+        _bind(place.cpus, place.numa_node)
+        _seed(spec.seed + index)
+        env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
+        payload = handshake.receive(
+            collector_name(index),
+            timeout_s=spec.options.boot_timeout_s,
+            should_stop=lambda: control.stop_requested,
+        )
+        ring: TransitionRing
+        ring = (
+            CudaIpcRing.attach_producer(payload["ring"])
+            if isinstance(payload["ring"], CudaIpcProducerHandle)
+            else HostRing.attach(payload["ring"])
+        )
+        channel: WeightChannel | None = None
+        reader: WeightReader
+        if isinstance(payload["weights"], CudaIpcWeightHandle):
+            reader = CudaIpcWeightReader(payload["weights"])
+        else:
+            channel = WeightChannel.attach(payload["weights"])
+            reader = HostWeightReader(channel)
+        device = torch.device(place.inference_device)
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)
+        policy = InferencePolicy(
+            spec.dims,
+            spec.agent,
+            device=device,
+            compile=cuda and spec.options.collector_compile,
+            amp=cuda and spec.options.collector_amp,
+        )
+        resume = spec.resume_from is not None
+        collector = Collector(
+            settings=CollectorSettings(
+                index=index,
+                budget=spec.num_iterations,
+                learning_starts=spec.agent.learning_starts,
+                resume=resume,
+                weight_poll_interval=max(1, spec.options.weight_poll_interval),
+                idle_sleep_s=spec.options.idle_sleep_s,
+                stats_interval=max(1, spec.logging_interval),
+            ),
+            env=env,
+            ring=ring,
+            weights=reader,
+            policy=policy,
+            start_steps=control.collector_steps(index),
+            on_steps=lambda steps: control.set_collector_steps(index, steps),
+            on_gauges=lambda v, lag, fill: control.set_collector_gauges(
+                index, version=v, lag=lag, ring_fill=fill
+            ),
+            on_snapshot=lambda snap: _send(stats_queue, snap),
+        )
+        try:
+            for _ in range(2):  # warm-up: first calls compile / allocate
+                policy(torch.zeros(env.num_envs, spec.dims.obs_dim))
+            collector.poll_weights()
+            handshake.report_ready(name)
+            handshake.wait_released(
+                timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
+            )
+            collector.run(should_stop=lambda: control.stop_requested)
+            _log.info("%s stopped at step %d (version %d)", name, collector.steps, collector.version)
+        finally:
+            ring.close()  # a CUDA-IPC producer closes before its learner (Note [CUDA-IPC teardown order])
+            reader.close()
+            if channel is not None:
+                channel.close()
+            env.close()
+
+
+def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Collective:
+    if spec.num_learners == 1:
+        return SoloCollective()
+    import torch.distributed as dist
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    rendezvous = spec.run_dir / "ddp_rendezvous"
+    dist.init_process_group(
+        backend,
+        init_method=f"file://{rendezvous}",
+        rank=rank,
+        world_size=spec.num_learners,
+        timeout=datetime.timedelta(seconds=spec.rendezvous_timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+    place = spec.topology.learners[rank]
+    # NCCL init may reset the affinity: check it again.
+    if place.cpus is not None and os.sched_getaffinity(0) != set(place.cpus):
+        _log.warning("CPU affinity changed during process-group init; binding again")
+        _bind(place.cpus, None)
+    return TorchCollective(device if backend == "nccl" else torch.device("cpu"))
+
+
+def run_learner(
+    *,
+    name: str,
+    run_dir: Path,
+    parent_pid: int,
+    threads: int,
+    spec: EngineSpec,
+    rank: int,
+    control: Control,
+    handshake: StartupHandshake,
+    stats_queue: Any,
+    ring_handles: dict[int, HostRingHandle | RingCursorsHandle],
+    weight_handles: dict[int, WeightChannelHandle],
+) -> None:
+    """Learner process: bind, join the group, build the agent, ship slots, publish, then learn."""
+    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+        stats_queue.cancel_join_thread()
+        place = spec.topology.learners[rank]
+        _bind(place.cpus, place.numa_node)
+        _seed(spec.seed + 1000 + rank)
+        device = torch.device(place.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        collective = _init_process_group(spec, rank, device)
+        own = spec.topology.collectors_of(rank)
+        agent = FastSACAgent(
+            spec.dims,
+            spec.agent,
+            device,
+            num_envs=sum(c.env_stop - c.env_start for c in own),
+            world_size=spec.num_learners,
+        )
+        start_gstep = 0
+        if spec.resume_from is not None:
+            extra = load_checkpoint(spec.resume_from, agent)
+            start_gstep = int(extra.get("global_step", 0))
+        rings: list[TransitionRing] = []
+        writers: list[WeightWriter] = []
+        channels: list[WeightChannel] = []
+        try:
+            for c in own:
+                layout = transition_layout(
+                    c.env_stop - c.env_start, spec.dims.obs_dim, spec.dims.critic_obs_dim, spec.dims.act_dim
+                )
+                handle = ring_handles[c.index]
+                ring_payload: object
+                if isinstance(handle, RingCursorsHandle):
+                    ipc = CudaIpcRing.create_consumer(layout, spec.options.ring_capacity, device, handle)
+                    rings.append(ipc)
+                    ring_payload = ipc.producer_handle()
+                else:
+                    rings.append(HostRing.attach(handle))
+                    ring_payload = handle
+                channel = WeightChannel.attach(weight_handles[c.index])
+                channels.append(channel)
+                weights_payload: object
+                if c.weight_transport == "cuda_ipc":
+                    ipc_writer = CudaIpcWeightWriter(channel, device)
+                    writers.append(ipc_writer)
+                    weights_payload = ipc_writer.reader_handle()
+                else:
+                    writers.append(HostWeightWriter(channel))
+                    weights_payload = weight_handles[c.index]
+                handshake.ship(collector_name(c.index), {"ring": ring_payload, "weights": weights_payload})
+            indices = [c.index for c in own]
+            budget = spec.num_iterations
+            learner = Learner(
+                rank=rank,
+                agent=agent,
+                rings=rings,
+                writers=writers,
+                decider=TrainDecider(
+                    collective,
+                    num_collectors=spec.num_collectors,
+                    num_updates=spec.agent.num_updates,
+                    learning_starts=spec.agent.learning_starts,
+                    utd_mode=spec.options.utd_mode,
+                    start_gstep=start_gstep,
+                ),
+                settings=LearnerSettings(
+                    num_updates=spec.agent.num_updates,
+                    weight_publish_interval=spec.options.weight_publish_interval,
+                    max_ingest_per_iter=spec.options.max_ingest_per_iter,
+                    idle_sleep_s=spec.options.idle_sleep_s,
+                    logging_interval=spec.logging_interval,
+                    save_interval=spec.save_interval,
+                ),
+                hooks=LearnerHooks(
+                    collector_steps=control.total_collector_steps,
+                    collectors_finished=lambda: all(control.collector_steps(i) >= budget for i in indices),
+                    stop_requested=lambda: control.stop_requested,
+                    on_progress=lambda g, u: control.set_progress(global_step=g, updates=u),
+                    on_snapshot=lambda snap: _send(stats_queue, snap),
+                    checkpoint_path=lambda g: checkpoint_file(spec.run_dir, g),
+                    checkpoint_extra=lambda g: {"collector_steps": control.all_collector_steps()},
+                ),
+                process_group=None,
+            )
+            learner.gstep = start_gstep
+            learner.publish()
+            handshake.report_ready(name)
+            handshake.wait_released(
+                timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
+            )
+            while learner.run_iteration():
+                pass
+            learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
+            offer(stats_queue, learner.snapshot())
+            _log.info("%s done at gstep %d after %d updates", name, learner.gstep, learner.updates)
+            control.mark_learner_done(rank)
+            deadline = time.monotonic() + spec.shutdown_timeout_s
+            while not control.learners_released and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            for writer in writers:
+                writer.close()
+            for ring in rings:
+                ring.close()
+            for channel in channels:
+                channel.close()
+            if spec.num_learners > 1:
+                import torch.distributed as dist
+
+                with contextlib.suppress(Exception):
+                    dist.destroy_process_group()

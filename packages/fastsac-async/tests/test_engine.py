@@ -1,0 +1,48 @@
+from pathlib import Path
+
+import pytest
+
+from fastsac_async.config import AsyncOptions
+from fastsac_async.engine import EngineStats, run_engine
+from fastsac_async.spec import EngineSpec
+from fastsac_async.testing import FakeEnvFactory, cpu_topology
+from fastsac_core import FastSACConfig, peek_checkpoint
+
+CFG = FastSACConfig(
+    actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,
+    num_updates=2, learning_starts=3, compile=False, cudagraphs=False, amp=False,
+)  # fmt: skip
+
+
+def _spec(tmp_path: Path, collectors: int, learners: int, iterations: int) -> EngineSpec:
+    factory = FakeEnvFactory(step_delay_s=0.002)
+    return EngineSpec(
+        topology=cpu_topology(num_envs=8, num_collectors=collectors, num_learners=learners, batch_size=16),
+        env_factory=factory, dims=factory(1, 0).dims, agent=CFG,
+        options=AsyncOptions(num_collectors=collectors, num_learners=learners, ring_capacity=4,
+                             weight_publish_interval=2, boot_timeout_s=120.0),
+        seed=3, num_iterations=iterations, logging_interval=5, save_interval=0, run_dir=tmp_path,
+        rendezvous_timeout_s=60.0,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("learners", [1, 2])
+def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int) -> None:
+    """2 collectors with 1 or 2 (gloo) learners on a fake env: budget reached, updates, weights, clean end."""
+    ticks: list[EngineStats] = []
+    boot: list[tuple[str, str]] = []
+    result = run_engine(_spec(tmp_path, 2, learners, 40), ticks.append, lambda w, s: boot.append((w, s)))
+    assert result.collector_steps == [40, 40]
+    assert result.global_step == 40
+    assert result.updates == 2 * (40 - 3 + 1)
+    assert not result.stopped_early
+    assert ticks, "learner 0 reported"
+    last = ticks[-1]
+    assert max(s.weight_version for s in last.collectors.values()) > 0
+    assert set(last.learners) == set(range(learners))
+    names = {w for w, _ in boot}
+    assert names == {"collector0", "collector1"} | {f"learner{r}" for r in range(learners)}
+    assert result.last_checkpoint is not None
+    extra = peek_checkpoint(result.last_checkpoint)["extra"]
+    assert extra["collector_steps"] == [40, 40] and extra["global_step"] == 40
