@@ -1,3 +1,74 @@
-"""fastsac-async."""
+"""fastsac-async: the asynchronous FastSAC engine (collectors, learners, supervision).
 
-__all__: list[str] = []
+Collector processes step env shards and push transitions into per-collector SPSC rings; learner
+ranks drain their collectors' rings into complete generations, decide updates in lockstep, train
+and publish weights. The parent allocates shared memory, spawns and supervises the workers.
+"""
+
+from fastsac_async.assembler import GenerationAssembler, ReadyRun
+from fastsac_async.collective import Collective, InProcessGroup, SoloCollective, TorchCollective
+from fastsac_async.collector import Collector, CollectorSettings
+from fastsac_async.config import AsyncOptions
+from fastsac_async.control import Control
+from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
+from fastsac_async.engine import AsyncEngine, EngineResult, EngineStats, run_engine
+from fastsac_async.exceptions import AsyncConfigError, AsyncEngineError, BootTimeoutError, WorkerFailed
+from fastsac_async.ingest import Ingestor, RingReader
+from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+from fastsac_async.spec import EngineSpec
+from fastsac_async.stats import (
+    CollectorSnapshot,
+    CollectorSummary,
+    LearnerSnapshot,
+    StageTimer,
+    aggregate_collectors,
+)
+from fastsac_async.supervisor import Supervisor, WorkerExit
+from fastsac_async.workers import run_collector, run_learner
+
+__all__ = [  # noqa: RUF022 - grouped by topic
+    # engine
+    "AsyncEngine",
+    "AsyncOptions",
+    "EngineResult",
+    "EngineSpec",
+    "EngineStats",
+    "run_engine",
+    # workers
+    "Collector",
+    "CollectorSettings",
+    "Learner",
+    "LearnerHooks",
+    "LearnerSettings",
+    "run_collector",
+    "run_learner",
+    # pipeline logic
+    "GenerationAssembler",
+    "Ingestor",
+    "ReadyRun",
+    "RingReader",
+    "Decision",
+    "PublishCadence",
+    "TrainDecider",
+    "split_chunks",
+    # collectives
+    "Collective",
+    "InProcessGroup",
+    "SoloCollective",
+    "TorchCollective",
+    # shared state and stats
+    "Control",
+    "CollectorSnapshot",
+    "CollectorSummary",
+    "LearnerSnapshot",
+    "StageTimer",
+    "aggregate_collectors",
+    # supervision
+    "Supervisor",
+    "WorkerExit",
+    # errors
+    "AsyncConfigError",
+    "AsyncEngineError",
+    "BootTimeoutError",
+    "WorkerFailed",
+]
