@@ -1,5 +1,41 @@
 """The trainer's configuration: hydra structured configs and their conversion to library configs."""
 
+from trainer.config.compose import compose_config, condense_error, explicit_keys
+from trainer.config.exceptions import ConfigError, TrainerAppError
+from trainer.config.placement import actor_param_bytes, describe_placement
+from trainer.config.resolve import CPU_PROFILE, ResolvedRun, apply_cpu_profile, resolve_device, resolve_run
 from trainer.config.schema import AlgoConfig, RootConfig, TaskConfig, TrainerConfig
+from trainer.config.store import DEFAULT_TASK, PRIMARY_CONFIG, register_configs, task_node
+from trainer.config.validate import check_device, normalize_switch, valid_divisors, validate_config
 
-__all__ = ["AlgoConfig", "RootConfig", "TaskConfig", "TrainerConfig"]
+__all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
+    # Schema
+    "AlgoConfig",
+    "RootConfig",
+    "TaskConfig",
+    "TrainerConfig",
+    # Hydra
+    "DEFAULT_TASK",
+    "PRIMARY_CONFIG",
+    "compose_config",
+    "condense_error",
+    "explicit_keys",
+    "register_configs",
+    "task_node",
+    # Validation and resolution
+    "CPU_PROFILE",
+    "ResolvedRun",
+    "apply_cpu_profile",
+    "check_device",
+    "normalize_switch",
+    "resolve_device",
+    "resolve_run",
+    "valid_divisors",
+    "validate_config",
+    # Placement
+    "actor_param_bytes",
+    "describe_placement",
+    # Errors
+    "ConfigError",
+    "TrainerAppError",
+]

@@ -8,25 +8,29 @@ from trainer.console.plain import PlainConsole, snapshot_line
 from trainer.console.sinks import ConsoleLogHandler, FanOut, TrainerConsole, open_console
 from trainer.console.system import GpuSample, SystemSample, SystemSampler
 
-__all__ = [
-    "TABS",
-    "BootBoard",
-    "BootFailure",
-    "BootView",
+__all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
+    # Consoles (each is a Reporter and a BootView)
     "ConsoleLogHandler",
     "FanOut",
-    "GpuSample",
     "PlainConsole",
     "RichConsole",
     "StopRequest",
-    "SystemSample",
-    "SystemSampler",
     "TrainerConsole",
     "open_console",
+    # Boot
+    "BootBoard",
+    "BootFailure",
+    "BootView",
     "render_boot",
+    # Panels
+    "TABS",
     "render_overview",
     "render_system",
     "render_timing",
     "render_training",
     "snapshot_line",
+    # System metrics
+    "GpuSample",
+    "SystemSample",
+    "SystemSampler",
 ]
