@@ -173,18 +173,19 @@ class AsyncEngine:
             gstep = int(extra.get("global_step", 0))
             control.resume_collector_steps(list(steps) if steps else [gstep] * spec.num_collectors)
         segments = _Segments()
-        handshake = StartupHandshake(
-            ctx, collectors=self._collectors, workers=self._learners + self._collectors
-        )
-        stats_queue = ctx.Queue(maxsize=16 * (spec.num_collectors + spec.num_learners))
+        workers = self._learners + self._collectors
+        handshake = StartupHandshake(ctx, collectors=self._collectors, workers=workers)
+        # One bounded queue per worker: a worker killed while holding a queue's write lock can
+        # block only its own queue, never another worker's stats.
+        queues = {name: ctx.Queue(maxsize=16) for name in workers}
         try:
             ring_handles, weight_handles = self._allocate(segments)
-            common = {"spec": spec, "control": control, "handshake": handshake, "stats_queue": stats_queue}
+            common = {"spec": spec, "control": control, "handshake": handshake}
             for p in spec.topology.learners:
                 own = {c.index for c in spec.topology.collectors_of(p.rank)}
                 self._spawn(
                     sup, learner_name(p.rank), run_learner, p.numa_node, spec.learner_threads,
-                    dict(common, rank=p.rank,
+                    dict(common, rank=p.rank, stats_queue=queues[learner_name(p.rank)],
                          ring_handles={i: h for i, h in ring_handles.items() if i in own},
                          weight_handles={i: h for i, h in weight_handles.items() if i in own}),
                     on_boot,
@@ -192,9 +193,10 @@ class AsyncEngine:
             for c in spec.topology.collectors:
                 threads = len(c.cpus) if c.cpus else 1
                 self._spawn(sup, collector_name(c.index), run_collector, c.numa_node, threads,
-                            dict(common, index=c.index), on_boot)  # fmt: skip
+                            dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
+                            on_boot)  # fmt: skip
             self._boot(sup, handshake, on_boot, should_stop)
-            return self._monitor(sup, control, stats_queue, on_stats, should_stop)
+            return self._monitor(sup, control, list(queues.values()), on_stats, should_stop)
         finally:
             control.request_stop()
             sup.shutdown(
@@ -203,8 +205,9 @@ class AsyncEngine:
                 before_group=lambda i: control.release_learners() if i == 1 else None,
             )
             handshake.close()
-            stats_queue.close()
-            stats_queue.join_thread()
+            for q in queues.values():
+                q.close()
+                q.cancel_join_thread()
             segments.release()
 
     def _spawn(
@@ -264,7 +267,7 @@ class AsyncEngine:
         self,
         sup: Supervisor,
         control: Control,
-        stats_queue: Any,
+        stats_queues: list[Any],
         on_stats: Callable[[EngineStats], None],
         should_stop: Callable[[], bool],
     ) -> EngineResult:
@@ -280,11 +283,7 @@ class AsyncEngine:
                 learner_exit = exit_.name in self._learners
                 if exit_.exitcode != 0 or (learner_exit and not control.learner_done(int(exit_.name[7:]))):
                     raise sup.failure(exit_)
-            while True:
-                try:
-                    item = stats_queue.get_nowait()
-                except queue.Empty:
-                    break
+            for item in _drain(stats_queues):
                 if isinstance(item, CollectorSnapshot):
                     collectors[item.index] = item
                 elif isinstance(item, LearnerSnapshot):
@@ -318,6 +317,17 @@ class AsyncEngine:
             last_checkpoint=last_checkpoint,
             elapsed_s=time.monotonic() - start,
         )
+
+
+def _drain(queues: list[Any]) -> list[object]:
+    items: list[object] = []
+    for q in queues:
+        while True:
+            try:
+                items.append(q.get_nowait())
+            except queue.Empty:
+                break
+    return items
 
 
 def run_engine(

@@ -21,6 +21,7 @@ from numa_bind import discover_host
 from topology import TrainerTopology, resolve_trainer_topology
 
 __all__ = [
+    "FailingEnvFactory",
     "FakeBatchedEnv",
     "FakeEnvFactory",
     "cpu_topology",
@@ -155,6 +156,29 @@ class FakeEnvFactory:
             episode_len=self.episode_len,
             step_delay_s=self.step_delay_s,
         )
+
+
+class _FailingEnv(FakeBatchedEnv):
+    def __init__(self, num_envs: int, seed: int, fail_at_step: int) -> None:
+        super().__init__(num_envs, seed, step_delay_s=0.002)
+        self._fail_at = fail_at_step
+
+    def step(self, actions: F32) -> StepResult:
+        if self._steps + 1 >= self._fail_at:
+            raise RuntimeError(f"env exploded at step {self._fail_at}")
+        return super().step(actions)
+
+
+@dataclass(frozen=True)
+class FailingEnvFactory:
+    """Picklable factory of fake envs that raise ``RuntimeError`` at step ``fail_at_step``."""
+
+    fail_at_step: int
+    """Step at which ``step`` raises."""
+
+    def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
+        """Build the env."""
+        return _FailingEnv(num_envs, seed, self.fail_at_step)
 
 
 def sleeping_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, seconds: float) -> None:

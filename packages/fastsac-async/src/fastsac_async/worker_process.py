@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
@@ -110,6 +111,8 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _redirect_output(log_path(run_dir, name))
+    # A worker the parent has to terminate leaves every thread's stack in its log.
+    faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
     torch.set_num_threads(max(1, threads))
     _log.info("%s started (pid %d, %d torch threads)", name, os.getpid(), torch.get_num_threads())
     try:

@@ -1,0 +1,91 @@
+"""End to end: the asynchronous trainer on a real MuJoCo task, on CPU, through the app adapter."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fastsac_async import AsyncOptions
+from fastsac_core import FastSACConfig, peek_checkpoint
+from shm_transport import list_segments
+from trainer.async_trainer import run_async
+from trainer.plan import RunPlan
+from trainer.reporting import Snapshot
+from trainer.tasks import MujocoEnvFactory, probe_dims
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.snapshots: list[Snapshot] = []
+        self.checkpoints: list[Path] = []
+
+    def report(self, snapshot: Snapshot) -> None:
+        self.snapshots.append(snapshot)
+
+    def checkpoint_saved(self, path: Path) -> None:
+        self.checkpoints.append(path)
+
+    def close(self) -> None:
+        pass
+
+
+class Boot:
+    def __init__(self) -> None:
+        self.states: list[tuple[str, str]] = []
+
+    def worker_state(self, name: str, state: str) -> None:
+        self.states.append((name, state))
+
+    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
+        self.states.append((name, "failed"))
+
+
+def _plan(tmp_path: Path, learners: int, iterations: int = 30) -> RunPlan:
+    factory = MujocoEnvFactory("HalfCheetah-v5", max_episode_steps=20)
+    agent = FastSACConfig(
+        actor_hidden_dim=32, critic_hidden_dim=32, num_atoms=11, batch_size=16, buffer_size=64,
+        num_updates=2, learning_starts=5, compile=False, cudagraphs=False, amp=False,
+    )  # fmt: skip
+    return RunPlan(
+        task_name="halfcheetah", env_factory=factory, dims=probe_dims(factory), num_envs=4, agent=agent,
+        async_options=AsyncOptions(num_collectors=2, num_learners=learners, ring_capacity=4,
+                                   weight_publish_interval=2, collector_inference_device="cpu"),
+        asynchronous=True, device="cpu", seed=1, num_iterations=iterations, time_limit_s=None,
+        logging_interval=5, save_interval=10, run_dir=tmp_path,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("learners", [1, 2], ids=["2c1l", "2c2l-gloo"])
+def test_async_trainer_on_mujoco(tmp_path: Path, learners: int) -> None:
+    """2 collectors with 1 or 2 gloo learners: steps advance, updates run, weights arrive, clean end."""
+    rec, boot = Recorder(), Boot()
+    result = run_async(_plan(tmp_path, learners), rec, should_stop=lambda: False, boot_view=boot)
+    assert result.stop_reason == "completed"
+    assert result.collector_steps == [30, 30] and result.iterations == 30
+    assert result.env_steps == 30 * 4
+    assert result.updates == 2 * (30 - 5 + 1)
+    last = rec.snapshots[-1]
+    assert last.scalars["async/weight_version"] > 0
+    assert "async/policy_lag" in last.scalars and last.scalars["async/policy_lag"] >= 0
+    assert "train/qf_loss" in last.scalars and "rollout/mean_return" in last.scalars
+    assert {f"learner{r}" for r in range(learners)} <= set(last.timing)
+    assert ("collector1", "running") in boot.states
+    assert result.last_checkpoint is not None and result.last_checkpoint in rec.checkpoints
+    assert peek_checkpoint(result.last_checkpoint)["extra"]["collector_steps"] == [30, 30]
+    assert (tmp_path / "logs" / "collector0.log").exists()
+    assert not (tmp_path / "async_errors").exists(), "no worker wrote a traceback"
+    assert not [s for s in list_segments() if s.creator_pid == os.getpid()], "every segment unlinked"
+
+
+@pytest.mark.slow
+def test_stop_request_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
+    """should_stop() mid-run stops every worker cleanly and rank 0 writes a final checkpoint."""
+    rec = Recorder()
+    result = run_async(
+        _plan(tmp_path, 1, iterations=100_000), rec,
+        should_stop=lambda: bool(rec.snapshots) and rec.snapshots[-1].iteration >= 8,
+    )  # fmt: skip
+    assert result.stop_reason == "stop_requested"
+    assert result.last_checkpoint is not None
+    assert peek_checkpoint(result.last_checkpoint)["extra"]["global_step"] == result.iterations
