@@ -102,6 +102,12 @@ def test_rich_boot_panel_lists_workers_and_failure() -> None:
     text = _render(console, 0)
     assert "boot failed: collector0: exit code 1; see runs/x/async_errors/collector0_error.log" in text
     assert console.failure is not None
+    # A reason that already names the log is not followed by a second "see <path>".
+    again = RichConsole(Console(file=io.StringIO()), "t", keys=False, live=False)
+    again.failed("learner0", "exited with code 1; traceback in e.log", Path("e.log"))
+    assert again.failure is not None
+    assert again.failure.line() == "boot failed: learner0: exited with code 1; traceback in e.log"
+    again.close()
     console.close()
 
 

@@ -46,7 +46,8 @@ class BootFailure:
 
     def line(self) -> str:
         """The one line printed for a failed boot."""
-        where = f"; see {self.log_path}" if self.log_path is not None else ""
+        mentioned = self.log_path is None or str(self.log_path) in self.reason
+        where = "" if mentioned else f"; see {self.log_path}"
         return f"boot failed: {self.name}: {self.reason}{where}"
 
 

@@ -62,6 +62,7 @@ class PlainConsole:
         self._first: Snapshot | None = None
         self._pending: Snapshot | None = None
         self.board = BootBoard()
+        self._last_checkpoint: Path | None = None
 
     def __enter__(self) -> PlainConsole:
         return self
@@ -108,8 +109,10 @@ class PlainConsole:
         self._write(f"[{self._title}] {snapshot_line(snapshot, self._first)}")
 
     def checkpoint_saved(self, path: Path) -> None:
-        """Write the checkpoint line."""
-        self._write(f"✓ saved checkpoint {path}")
+        """Write the checkpoint line (once per path: trainers may repeat the latest one)."""
+        if path != self._last_checkpoint:
+            self._last_checkpoint = path
+            self._write(f"✓ saved checkpoint {path}")
 
     def close(self) -> None:
         """Write the last snapshot if its line was held back."""
