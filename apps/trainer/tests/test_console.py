@@ -111,6 +111,15 @@ def test_rich_boot_panel_lists_workers_and_failure() -> None:
     console.close()
 
 
+def test_failure_after_training_started_is_not_a_boot_failure() -> None:
+    """A worker dying after the first report is reported as 'worker failed', not 'boot failed'."""
+    console = PlainConsole(io.StringIO(), "t")
+    console.report(_snapshot(2))
+    console.failed("collector1", "exited with code -9", None)
+    assert console.failure is not None
+    assert console.failure.line() == "worker failed: collector1: exited with code -9"
+
+
 def test_rich_training_tabs_render_overview_timing_system() -> None:
     """Keys 1/2/3 select Overview (rates, returns, losses), Timing (stage trees) and System (CPUs)."""
     console = RichConsole(Console(file=io.StringIO()), "humanoid/fastsac", keys=False, live=False)

@@ -43,12 +43,15 @@ class BootFailure:
     """What went wrong, one line."""
     log_path: Path | None
     """The worker's error log, when it has one."""
+    during_boot: bool = True
+    """False when the worker died after training had started."""
 
     def line(self) -> str:
-        """The one line printed for a failed boot."""
+        """The one line printed for the failure (``boot failed: ...`` or ``worker failed: ...``)."""
         mentioned = self.log_path is None or str(self.log_path) in self.reason
         where = "" if mentioned else f"; see {self.log_path}"
-        return f"boot failed: {self.name}: {self.reason}{where}"
+        what = "boot failed" if self.during_boot else "worker failed"
+        return f"{what}: {self.name}: {self.reason}{where}"
 
 
 @dataclass
@@ -64,11 +67,11 @@ class BootBoard:
         """Record ``name``'s new state."""
         self.states[name] = state
 
-    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
         """Record a failure (the first one is kept)."""
         self.states[name] = "failed"
         if self.failure is None:
-            self.failure = BootFailure(name, reason, log_path)
+            self.failure = BootFailure(name, reason, log_path, during_boot)
 
     @property
     def ready_count(self) -> int:

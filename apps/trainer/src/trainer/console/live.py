@@ -91,7 +91,7 @@ class RichConsole:
     def failed(self, name: str, reason: str, log_path: Path | None) -> None:
         """Show a boot failure in the gate line (the CLI prints its line once after the view closes)."""
         with self._lock:
-            self.board.failed(name, reason, log_path)
+            self.board.failed(name, reason, log_path, during_boot=self._first is None)
 
     @property
     def failure(self) -> BootFailure | None:

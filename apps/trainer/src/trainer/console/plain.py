@@ -89,7 +89,7 @@ class PlainConsole:
 
     def failed(self, name: str, reason: str, log_path: Path | None) -> None:
         """Record a boot failure (the CLI prints its line once, on stderr)."""
-        self.board.failed(name, reason, log_path)
+        self.board.failed(name, reason, log_path, during_boot=self._first is None)
 
     @property
     def failure(self) -> BootFailure | None:
