@@ -154,17 +154,19 @@ def weight_writer_loop(handle: WeightChannelHandle, num_params: int, stop: Any, 
     params = torch.empty(num_params)
     mean = torch.empty(5)
     count = torch.empty((), dtype=torch.float64)
+    # numpy views fill without releasing the GIL: in thread mode, only the channel's copies switch threads.
+    fills = (params.numpy(), mean.numpy(), count.numpy())
     published = 0
     wrong_version = 0
     try:
         while not stop.is_set():
             version = published + 1
-            params.fill_(float(version))
-            mean.fill_(float(version))
-            count.fill_(float(version))
+            for array in fills:
+                array.fill(version)
             if writer.publish(params, {"mean": mean, "count": count}) != version:
                 wrong_version += 1
             published = version
+            time.sleep(0)  # a GIL release between writes (thread mode): a yield, not a wait
     finally:
         writer.close()
         channel.close()
@@ -178,6 +180,7 @@ def weight_reader_loop(handle: WeightChannelHandle, num_params: int, loads: int,
     reader = HostWeightReader(channel)
     params = torch.zeros(num_params)
     extras = {"mean": torch.zeros(5), "count": torch.zeros((), dtype=torch.float64)}
+    checks = (params.numpy(), extras["mean"].numpy(), extras["count"].numpy())
     loaded = torn = regress = 0
     last = 0
     deadline = time.monotonic() + timeout_s
@@ -185,13 +188,9 @@ def weight_reader_loop(handle: WeightChannelHandle, num_params: int, loads: int,
         while loaded < loads and time.monotonic() < deadline:
             version = reader.poll(params, extras)
             if version is None:
+                time.sleep(0)  # let a writer thread (GIL) finish its write; the writer never waits
                 continue
-            value = float(version)
-            consistent = (
-                bool((params == value).all())
-                and bool((extras["mean"] == value).all())
-                and float(extras["count"]) == value
-            )
+            consistent = all(bool((array == version).all()) for array in checks)
             torn += 0 if consistent else 1
             regress += 0 if version > last else 1
             last = version
@@ -201,3 +200,27 @@ def weight_reader_loop(handle: WeightChannelHandle, num_params: int, loads: int,
         reader.close()
         channel.close()
         out.put(("reader", (loaded, torn, regress, retries)))
+
+
+def weight_stopping_reader(
+    handle: WeightChannelHandle, num_params: int, loads: int, timeout_s: float, stop: Any, out: Any
+) -> None:
+    """``weight_reader_loop``, then tell the writer to stop."""
+    try:
+        weight_reader_loop(handle, num_params, loads, timeout_s, out)
+    finally:
+        stop.set()
+
+
+def handshake_collector(handshake: Any, name: str, out: Any) -> None:
+    """Receive the startup message, attach the ring in it, push one slot, report ready, wait release."""
+    payload = handshake.receive(name, timeout_s=60.0)
+    ring = HostRing.attach(payload["ring"])
+    try:
+        ring.push({"seq": torch.full((STRESS_ENVS,), 7), "payload": torch.zeros(STRESS_ENVS, STRESS_WIDTH)})
+        handshake.report_ready(name)
+        handshake.wait_released(timeout_s=60.0)
+    finally:
+        ring.close()
+        handshake.close()
+        out.put((name, payload["note"]))

@@ -82,6 +82,7 @@ class HostWeightReader:
         self._loaded = 0
         self._staging: tuple[Tensor, dict[str, Tensor]] | None = None
         self._h2d_done: torch.cuda.Event | None = None
+        self._checked: tuple[int, ...] = ()  # ids of the destinations last validated
         self.torn_retries = 0
         """Copies discarded because the writer started a new write during them (a metric)."""
 
@@ -108,7 +109,10 @@ class HostWeightReader:
         non-blocking copy from pinned staging, ordered on the current stream.
         """
         channel = self._channel
-        check_snapshot(channel.num_params, channel.extras, dst_params, dst_extras)
+        key = (id(dst_params), *map(id, dst_extras.values()))
+        if key != self._checked or dst_params.shape != (channel.num_params,):  # full check once per set
+            check_snapshot(channel.num_params, channel.extras, dst_params, dst_extras)
+            self._checked = key
         params_staging, extras_staging = self._staging_for(dst_params)
         for _ in range(self._max_retries):
             seq = channel.load_seq()

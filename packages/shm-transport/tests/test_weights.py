@@ -1,0 +1,140 @@
+import sys
+from collections.abc import Iterator
+
+import pytest
+import shmtx_workers as w
+import torch
+from _runner import SPAWN, run_bodies
+
+from shm_transport import (
+    FieldSpec,
+    HostWeightReader,
+    HostWeightWriter,
+    RingLayoutError,
+    SegmentError,
+    WeightChannel,
+    WeightReader,
+    WeightWriter,
+)
+
+EXTRAS = {"mean": FieldSpec((3,), torch.float32), "count": FieldSpec((), torch.int64)}
+
+
+@pytest.fixture
+def channel() -> Iterator[WeightChannel]:
+    channel = WeightChannel.create(10, EXTRAS)
+    yield channel
+    channel.close()
+    channel.unlink()
+
+
+def _snapshot(value: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    return torch.full((10,), value), {"mean": torch.full((3,), value), "count": torch.tensor(int(value))}
+
+
+def _dst() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    return torch.zeros(10), {"mean": torch.zeros(3), "count": torch.zeros((), dtype=torch.int64)}
+
+
+def test_publish_then_poll_loads_latest_once(channel: WeightChannel) -> None:
+    """Versions count up from 1; poll loads the newest once, then returns None; lag is tracked."""
+    writer, reader = HostWeightWriter(channel), HostWeightReader(channel)
+    assert isinstance(writer, WeightWriter) and isinstance(reader, WeightReader)
+    params, extras = _dst()
+    assert reader.poll(params, extras) is None and reader.loaded_version == 0
+    assert writer.publish(*_snapshot(1.0)) == 1
+    assert writer.publish(*_snapshot(2.0)) == 2
+    assert reader.lag == 2 and reader.published_version() == 2
+    assert reader.poll(params, extras) == 2
+    assert params.eq(2.0).all() and extras["mean"].eq(2.0).all() and int(extras["count"]) == 2
+    assert reader.poll(params, extras) is None and reader.lag == 0
+
+
+def test_write_in_progress_means_keep_current(channel: WeightChannel) -> None:
+    """An odd sequence number makes poll return None at once and leaves the destinations untouched."""
+    writer, reader = HostWeightWriter(channel), HostWeightReader(channel)
+    writer.publish(*_snapshot(1.0))
+    channel.store_seq(channel.load_seq() + 1)  # a writer stopped between "seq odd" and "seq even"
+    params, extras = _dst()
+    assert reader.poll(params, extras) is None
+    assert params.eq(0.0).all()
+    # The next writer restarts from the even number below and still moves the version forward.
+    assert HostWeightWriter(channel).publish(*_snapshot(2.0)) == 2
+    assert reader.poll(params, extras) == 2 and params.eq(2.0).all()
+
+
+def test_wrong_sizes_are_refused(channel: WeightChannel) -> None:
+    """publish and poll reject a parameter vector or extras of the wrong shape."""
+    writer = HostWeightWriter(channel)
+    with pytest.raises(RingLayoutError, match=r"\(10,\)"):
+        writer.publish(torch.zeros(11), _snapshot(0.0)[1])
+    with pytest.raises(RingLayoutError, match="extras"):
+        writer.publish(torch.zeros(10), {"mean": torch.zeros(3)})
+
+
+def test_handle_attach_and_sequence_only_channel(channel: WeightChannel) -> None:
+    """An attached channel sees published versions; a host_slots=False channel has no slots."""
+    other = WeightChannel.attach(channel.handle)
+    HostWeightWriter(channel).publish(*_snapshot(5.0))
+    params, extras = _dst()
+    assert HostWeightReader(other).poll(params, extras) == 1 and params.eq(5.0).all()
+    other.close()
+    seq_only = WeightChannel.create(10, EXTRAS, host_slots=False)
+    try:
+        with pytest.raises(SegmentError, match="host_slots=False"):
+            seq_only.slot(0)
+    finally:
+        seq_only.close()
+        seq_only.unlink()
+
+
+def _stress(mode: str, loads: int) -> None:
+    num_params = 1024
+    channel = WeightChannel.create(num_params, w.WEIGHT_EXTRAS)
+    stop = SPAWN.Event()
+    reader_out: dict[str, object] = {}
+    try:
+        if mode == "thread":
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1e-5)  # interleave the threads finely
+            try:
+                reader_out = run_bodies(
+                    [
+                        (w.weight_writer_loop, (channel.handle, num_params, stop)),
+                        (w.weight_stopping_reader, (channel.handle, num_params, loads, 200.0, stop)),
+                    ],
+                    mode="thread",
+                    timeout_s=240.0,
+                )
+            finally:
+                sys.setswitchinterval(interval)
+        else:
+            reader_out = run_bodies(
+                [
+                    (w.weight_writer_loop, (channel.handle, num_params, stop)),
+                    (w.weight_stopping_reader, (channel.handle, num_params, loads, 200.0, stop)),
+                ],
+                mode="process",
+                timeout_s=240.0,
+            )
+    finally:
+        stop.set()
+        channel.close()
+        channel.unlink()
+    loaded, torn, regress, _ = reader_out["reader"]  # type: ignore[misc]
+    published, wrong_version = reader_out["writer"]  # type: ignore[misc]
+    assert loaded >= loads
+    assert torn == 0 and regress == 0 and wrong_version == 0
+    assert published >= loaded
+
+
+@pytest.mark.slow
+def test_reader_never_loads_a_torn_snapshot_threads() -> None:
+    """Writer thread publishing flat out, reader thread polling: 100k loads, all consistent, increasing."""
+    _stress("thread", loads=100_000)
+
+
+@pytest.mark.slow
+def test_reader_never_loads_a_torn_snapshot_processes() -> None:
+    """The same across two spawned processes, with 20k loads (true parallelism; slower per load on 2 cores)."""
+    _stress("process", loads=20_000)
