@@ -1,0 +1,186 @@
+"""The synchronous trainer: reports, checkpoints, resume, stop requests and the time limit."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fastsac_async.config import AsyncOptions
+from fastsac_core import peek_checkpoint
+from trainer.plan import RunPlan, checkpoint_path
+from trainer.reporting import Snapshot
+from trainer.sync_trainer import run_sync
+from trainer.tasks import get_task, probe_dims
+
+# Tiny and fast: 4 pendulum envs, 2 random iterations, then 2 updates per iteration on 16 samples.
+TINY: dict[str, Any] = {
+    "actor_hidden_dim": 16,
+    "critic_hidden_dim": 16,
+    "num_atoms": 11,
+    "batch_size": 16,
+    "buffer_size": 64,
+    "num_updates": 2,
+    "learning_starts": 2,
+}
+
+PERF = (
+    "perf/env_steps_per_s",
+    "perf/updates_per_s",
+    "perf/learn_pct",
+    "perf/collect_ms_per_batch",
+    "async/utd",
+)
+TRAIN = tuple(
+    f"train/{k}" for k in ("qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max")
+)
+
+
+class RecordingReporter:
+    """A Reporter test double that keeps everything it is given."""
+
+    def __init__(self) -> None:
+        self.snapshots: list[Snapshot] = []
+        self.checkpoints: list[Path] = []
+        self.closed = False
+
+    def report(self, snapshot: Snapshot) -> None:
+        self.snapshots.append(snapshot)
+
+    def checkpoint_saved(self, path: Path) -> None:
+        self.checkpoints.append(path)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make_plan(
+    run_dir: Path, *, task: str = "pendulum", agent: dict[str, Any] | None = None, **kw: Any
+) -> RunPlan:
+    spec = get_task(task)
+    factory = spec.env_factory()
+    fields: dict[str, Any] = {
+        "task_name": task,
+        "env_factory": factory,
+        "dims": probe_dims(factory),
+        "num_envs": 4,
+        "agent": spec.agent_config(**(TINY if agent is None else agent)),
+        "async_options": AsyncOptions(),
+        "asynchronous": False,
+        "device": "cpu",
+        "seed": 3,
+        "num_iterations": 7,
+        "time_limit_s": None,
+        "logging_interval": 2,
+        "save_interval": 3,
+        "run_dir": run_dir,
+    }
+    fields.update(kw)
+    return RunPlan(**fields)
+
+
+def test_checkpoints_at_save_interval_and_at_the_end(tmp_path: Path) -> None:
+    """Checkpoints are written at every save_interval and once more at the final iteration."""
+    reporter = RecordingReporter()
+    result = run_sync(make_plan(tmp_path), reporter)
+    expected = [checkpoint_path(tmp_path, i) for i in (3, 6, 7)]
+    assert reporter.checkpoints == expected
+    assert all(p.is_file() for p in expected)
+    assert result.last_checkpoint == expected[-1]
+    assert (result.iterations, result.env_steps, result.stop_reason) == (7, 28, "completed")
+    # Updates start after learning_starts=2 iterations: 5 iterations x 2 updates.
+    assert result.updates == 10
+    assert peek_checkpoint(expected[-1])["extra"]["iteration"] == 7
+    assert not reporter.closed
+
+
+def test_snapshots_carry_the_design_metrics(tmp_path: Path) -> None:
+    """Every logging interval reports perf, rollout, train and sync timing under their DESIGN names."""
+    reporter = RecordingReporter()
+    run_sync(make_plan(tmp_path, num_iterations=6, save_interval=100), reporter)
+    assert [s.iteration for s in reporter.snapshots] == [2, 4, 6]
+    first, last = reporter.snapshots[0], reporter.snapshots[-1]
+    assert first.warming_up and not last.warming_up
+    assert not any(k.startswith("train/") for k in first.scalars)
+    assert set(PERF + TRAIN) <= set(last.scalars)
+    assert last.scalars["async/utd"] == 2.0
+    assert first.scalars["async/utd"] == 0.0
+    assert (last.env_steps, last.total_env_steps) == (24, 24)
+    assert set(last.timing["sync"]) == {"env_step", "inference", "ingest", "update"}
+    assert all(v >= 0.0 for v in last.timing["sync"].values())
+    assert 0.0 < last.scalars["perf/learn_pct"] <= 100.0
+    # Random pendulum episodes last a handful of steps, so episodes have ended by iteration 6.
+    assert last.scalars["rollout/mean_ep_len"] >= 1.0
+    assert last.scalars["rollout/mean_return"] >= 0.0
+
+
+def test_resume_continues_the_iteration_counter(tmp_path: Path) -> None:
+    """A run resumed from a checkpoint continues its iteration and update counters."""
+    first = run_sync(make_plan(tmp_path, num_iterations=5, save_interval=100), RecordingReporter())
+    assert first.last_checkpoint == checkpoint_path(tmp_path, 5)
+    reporter = RecordingReporter()
+    second = run_sync(
+        make_plan(tmp_path, num_iterations=8, save_interval=100, resume_from=first.last_checkpoint), reporter
+    )
+    assert second.iterations == 8
+    # The replay buffer restarts empty: the first resumed iteration has no complete transition.
+    assert second.updates == first.updates + 2 * TINY["num_updates"]
+    assert [s.iteration for s in reporter.snapshots] == [6, 8]
+    assert reporter.checkpoints == [checkpoint_path(tmp_path, 8)]
+    assert peek_checkpoint(reporter.checkpoints[0])["extra"]["env_steps"] == 32
+
+
+def test_resume_past_the_budget_does_nothing(tmp_path: Path) -> None:
+    """Resuming at or beyond num_iterations returns at once without a new checkpoint."""
+    first = run_sync(make_plan(tmp_path, num_iterations=3), RecordingReporter())
+    reporter = RecordingReporter()
+    again = run_sync(make_plan(tmp_path, num_iterations=3, resume_from=first.last_checkpoint), reporter)
+    assert again.iterations == 3 and again.last_checkpoint == first.last_checkpoint
+    assert reporter.checkpoints == [] and reporter.snapshots == []
+
+
+def test_should_stop_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
+    """A stop request ends the loop at the next iteration boundary and writes a checkpoint there."""
+    calls = iter(range(1000))
+    reporter = RecordingReporter()
+    result = run_sync(
+        make_plan(tmp_path, num_iterations=50, save_interval=100),
+        reporter,
+        should_stop=lambda: next(calls) >= 4,
+    )
+    assert (result.iterations, result.stop_reason) == (4, "stop_requested")
+    assert reporter.checkpoints == [checkpoint_path(tmp_path, 4)]
+    assert reporter.snapshots[-1].iteration == 4
+
+
+def test_time_limit_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
+    """A zero time limit stops before the first iteration and still checkpoints."""
+    reporter = RecordingReporter()
+    result = run_sync(make_plan(tmp_path, num_iterations=50, time_limit_s=0.0), reporter)
+    assert (result.iterations, result.stop_reason) == (0, "time_limit")
+    assert reporter.checkpoints == [checkpoint_path(tmp_path, 0)]
+
+
+def test_same_seed_same_run(tmp_path: Path) -> None:
+    """Two runs of one plan produce the same training metrics (seeded envs, torch and actions)."""
+    a, b = RecordingReporter(), RecordingReporter()
+    run_sync(make_plan(tmp_path / "a", num_iterations=6, save_interval=100), a)
+    run_sync(make_plan(tmp_path / "b", num_iterations=6, save_interval=100), b)
+
+    def train(r: RecordingReporter) -> dict[str, float]:
+        return {k: v for k, v in r.snapshots[-1].scalars.items() if k.startswith(("train/", "rollout/"))}
+
+    assert train(a) == train(b)
+    assert dataclasses.asdict(a.snapshots[-1])["iteration"] == 6

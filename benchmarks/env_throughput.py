@@ -1,0 +1,154 @@
+"""Env throughput of trainer.tasks.MujocoBatchedEnv: one core stepping a batch, and collector style.
+
+For every task: (a) one process pinned to one core stepping 64 envs with batched random
+actions; (b) two processes x 32 envs, each pinned to its own core, stepping at the same time
+(aggregate rate); optionally (c) gymnasium's SyncVectorEnv(64) on one core for comparison.
+Prints a table and the machine.
+
+    uv run --frozen python benchmarks/env_throughput.py [--tasks humanoid,halfcheetah] [--seconds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import time
+from multiprocessing.synchronize import Barrier
+
+import numpy as np
+
+WARMUP_STEPS = 20
+
+
+def _pin(cpu: int | None) -> None:
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+
+
+def _measure_batched(task: str, num_envs: int, cpu: int | None, seconds: float, barrier: Barrier) -> float:
+    """Env steps per second of one MujocoBatchedEnv shard (runs in a spawned process)."""
+    _pin(cpu)
+    from trainer.tasks import get_task
+
+    env = get_task(task).env_factory()(num_envs, cpu or 0)
+    try:
+        env.reset()
+        for _ in range(WARMUP_STEPS):
+            env.step(env.sample_actions())
+        barrier.wait(timeout=120)
+        steps = 0
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            env.step(env.sample_actions())
+            steps += num_envs
+        return steps / elapsed
+    finally:
+        env.close()
+
+
+def _measure_sync_vector(
+    task: str, num_envs: int, cpu: int | None, seconds: float, barrier: Barrier
+) -> float:
+    """Env steps per second of gymnasium.vector.SyncVectorEnv (for comparison)."""
+    _pin(cpu)
+    import gymnasium as gym
+
+    from trainer.tasks import get_task, quiet_mujoco_compiler
+
+    spec = get_task(task)
+    with quiet_mujoco_compiler():
+        env = gym.vector.SyncVectorEnv([lambda: gym.make(spec.env_id) for _ in range(num_envs)])
+    try:
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        low, high = env.single_action_space.low, env.single_action_space.high
+        shape = (num_envs, *env.single_action_space.shape)
+        for _ in range(WARMUP_STEPS):
+            env.step(rng.uniform(low, high, shape).astype(np.float32))
+        barrier.wait(timeout=120)
+        steps = 0
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            env.step(rng.uniform(low, high, shape).astype(np.float32))
+            steps += num_envs
+        return steps / elapsed
+    finally:
+        env.close()
+
+
+def _worker(
+    kind: str, task: str, num_envs: int, cpu: int | None, seconds: float, barrier: Barrier, out: mp.Queue
+) -> None:  # type: ignore[type-arg]
+    fn = _measure_batched if kind == "batched" else _measure_sync_vector
+    out.put(fn(task, num_envs, cpu, seconds, barrier))
+
+
+def run(kind: str, task: str, num_envs: int, cpus: list[int | None], seconds: float) -> float:
+    """Aggregate env steps/s of len(cpus) spawned processes stepping num_envs each at the same time."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(cpus))
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [
+        ctx.Process(target=_worker, args=(kind, task, num_envs, cpu, seconds, barrier, out)) for cpu in cpus
+    ]
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return float(sum(rates))
+
+
+def machine() -> str:
+    """One line describing this machine."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import gymnasium
+    import mujoco
+
+    return (
+        f"{platform.node()}: {model}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, "
+        f"mujoco {mujoco.__version__}, gymnasium {gymnasium.__version__}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tasks", default="humanoid,ant,halfcheetah,hopper,walker2d,pendulum")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measuring time per cell")
+    parser.add_argument("--num-envs", type=int, default=64, help="envs of the one-process cell")
+    parser.add_argument("--sync-vector", action="store_true", help="also time gymnasium SyncVectorEnv")
+    args = parser.parse_args()
+
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [None]
+    two = [cpus[0], cpus[1]] if ncpu >= 2 else [None, None]
+    n, half = args.num_envs, args.num_envs // 2
+    header = f"| task | 1 proc x {n} envs, 1 core | 2 procs x {half} envs, 1 core each |"
+    sep = "|---|---:|---:|"
+    if args.sync_vector:
+        header += f" SyncVectorEnv({n}), 1 core |"
+        sep += "---:|"
+    print(machine())
+    print(f"env steps/s, batched random actions, {args.seconds:.0f} s per cell\n")
+    print(header)
+    print(sep)
+    for task in args.tasks.split(","):
+        one = run("batched", task, n, [cpus[0]], args.seconds)
+        pair = run("batched", task, half, list(two), args.seconds)
+        row = f"| {task} | {one:,.0f} | {pair:,.0f} |"
+        if args.sync_vector:
+            row += f" {run('sync_vector', task, n, [cpus[0]], args.seconds):,.0f} |"
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
