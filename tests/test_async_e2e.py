@@ -41,7 +41,7 @@ class Boot:
 
 
 def _plan(tmp_path: Path, learners: int, iterations: int = 30) -> RunPlan:
-    factory = MujocoEnvFactory("HalfCheetah-v5", max_episode_steps=20)
+    factory = MujocoEnvFactory(env_id="HalfCheetah-v5", max_episode_steps=20)
     agent = FastSACConfig(
         actor_hidden_dim=32, critic_hidden_dim=32, num_atoms=11, batch_size=16, buffer_size=64,
         num_updates=2, learning_starts=5, compile=False, cudagraphs=False, amp=False,

@@ -10,9 +10,12 @@
    worker that dies during start-up; release them together.
 3. Monitor: collect stats, call back, stop on request or time limit (stop flag), fail on any
    worker that exits non-zero, finish when every learner is done.
-4. Shut down (always, bounded, idempotent): stop flag; join collectors; let the learners exit (a
-   CUDA-IPC allocation must outlive its consumers); join learners; terminate; kill. Then close and
-   unlink every segment exactly once, so /dev/shm is clean also after a worker was SIGKILLed.
+4. Names: once every worker reported ready (so every one has attached), the parent unlinks every
+   segment name (create -> attach all -> unlink): the mappings live on, and /dev/shm holds nothing
+   of the run from then on, whatever crashes later (the parent included).
+5. Shut down (always, bounded, idempotent): stop flag; join collectors; let the learners exit (a
+   CUDA-IPC allocation must outlive its consumers); join learners; terminate; kill. Then close
+   every segment (and unlink any name still there after a failed boot).
 """
 
 from __future__ import annotations
@@ -92,14 +95,19 @@ class _Segments:
     rings: list[HostRing | RingCursors] = field(default_factory=list)
     channels: list[WeightChannel] = field(default_factory=list)
 
-    def release(self) -> None:
+    def unlink(self) -> None:
+        """Remove every name (idempotent); mappings stay valid in every process that attached."""
         for seg in [*self.rings, *self.channels]:
-            with contextlib.suppress(Exception):
-                seg.close()
             try:
                 seg.unlink()
             except Exception:
                 _log.exception("could not unlink a segment")
+
+    def release(self) -> None:
+        self.unlink()
+        for seg in [*self.rings, *self.channels]:
+            with contextlib.suppress(Exception):
+                seg.close()
         self.rings.clear()
         self.channels.clear()
 
@@ -196,6 +204,9 @@ class AsyncEngine:
                             dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
                             on_boot)  # fmt: skip
             self._boot(sup, handshake, on_boot, should_stop)
+            # Every worker has attached: drop the names now, so no crash (not even the parent's)
+            # can leave a segment behind in /dev/shm.
+            segments.unlink()
             return self._monitor(sup, control, list(queues.values()), on_stats, should_stop)
         finally:
             control.request_stop()
