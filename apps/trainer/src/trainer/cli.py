@@ -166,9 +166,8 @@ def train(overrides: list[str]) -> int:
         run_dir = previous_run
     else:
         run_dir = Path(cfg["runs_root"]) / (cfg["run_name"] or default_run_name(run.task_name))
-    run_dir = create_run_dir(
-        run_dir.parent, run_dir.name, OmegaConf.to_yaml(cfg), resuming=run_dir == previous_run
-    )
+    same_run = previous_run is not None and run_dir.resolve() == previous_run.resolve()
+    run_dir = create_run_dir(run_dir.parent, run_dir.name, OmegaConf.to_yaml(cfg), resuming=same_run)
     own = [o for o in overrides if not o.startswith("resume=")]
     (run_dir / _OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in own), encoding="utf-8")
     plan = run.plan(run_dir, resume_from)
