@@ -1,0 +1,149 @@
+"""Scaling of the asynchronous engine: collectors, learner ingest overhead, collector inference.
+
+Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 14] [--envs 1024]
+       [--seconds 20] [--task Humanoid-v5] [--device cuda] [--parts scaling learner inference]
+
+* scaling: env steps/s of N collectors (Humanoid-v5 by default) with one learner that drains and
+  runs one small update per gstep (learner_bound, tiny networks), measured over ``--seconds`` after
+  boot, with the learner's learn_pct.
+* learner: updates/s of ``FastSACAgent.update`` alone against the same loop draining a full host
+  ring between updates (the ingest overhead).
+* inference: ms per collector policy call on CPU and on CUDA for the per-collector batch of
+  1..N collectors (to choose ``collector_inference_device``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from fastsac_async import AsyncOptions, EngineSpec, EngineStats, Ingestor, run_engine
+from fastsac_async.testing import cpu_topology
+from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy
+from shm_transport import HostRing, transition_layout
+from trainer.tasks import MujocoEnvFactory, probe_dims
+
+
+def _machine() -> str:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, {gpu}, torch {torch.__version__}"
+
+
+def scaling(task: str, collectors: int, envs: int, seconds: float) -> tuple[float, float]:
+    """(env steps/s, learner learn_pct) of ``collectors`` collectors on CPU."""
+    factory = MujocoEnvFactory(env_id=task)
+    agent = FastSACConfig(
+        actor_hidden_dim=64, critic_hidden_dim=64, num_atoms=11, batch_size=envs, buffer_size=16,
+        num_updates=1, learning_starts=2, compile=False, cudagraphs=False, amp=False,
+    )  # fmt: skip
+    ticks: list[EngineStats] = []
+    with tempfile.TemporaryDirectory() as run_dir:
+        spec = EngineSpec(
+            topology=cpu_topology(num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs),
+            env_factory=factory, dims=probe_dims(factory), agent=agent,
+            options=AsyncOptions(num_collectors=collectors, utd_mode="learner_bound",
+                                 collector_inference_device="cpu", ring_capacity=8),
+            seed=0, num_iterations=10**9, logging_interval=5, save_interval=0, run_dir=Path(run_dir),
+            time_limit_s=seconds,
+        )  # fmt: skip
+        run_engine(spec, ticks.append)
+    late = [t for t in ticks if t.elapsed_s > seconds / 3] or ticks
+    rate = sum(t.summary.steps_per_s for t in late) / max(1, len(late))
+    learn = sum(t.learners[0].learn_pct for t in late) / max(1, len(late))
+    return rate, learn
+
+
+def learner_overhead(device: str, envs: int, updates: int) -> tuple[float, float]:
+    """(updates/s without ingest, updates/s draining one full ring between updates)."""
+    dims = probe_dims(MujocoEnvFactory(env_id="Humanoid-v5"))
+    cfg = FastSACConfig(batch_size=envs * 4, buffer_size=64)
+    agent = FastSACAgent(dims, cfg, device, num_envs=envs)
+    layout = transition_layout(envs, dims.obs_dim, dims.critic_obs_dim, dims.act_dim)
+    ring = HostRing.create(layout, 8)
+    try:
+        ing = Ingestor([ring], agent.buffer, 8)
+        fields = {
+            "obs": torch.randn(envs, dims.obs_dim), "critic_obs": torch.randn(envs, dims.critic_obs_dim),
+            "actions": torch.rand(envs, dims.act_dim) - 0.5, "rewards": torch.randn(envs),
+            "dones": torch.zeros(envs, dtype=torch.bool), "truncations": torch.zeros(envs, dtype=torch.bool),
+        }  # fmt: skip
+        for _ in range(8):
+            ring.push(fields)
+        ing.drain()
+        rates = []
+        for ingest in (False, True):
+            agent.update(1)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(updates):
+                if ingest:
+                    while ring.push(fields):
+                        pass
+                    ing.drain()
+                    ing.wait_before_sampling()
+                agent.update(1)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            rates.append(updates / (time.perf_counter() - start))
+        return rates[0], rates[1]
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def inference_ms(device: str, batch: int, calls: int = 50) -> float:
+    """Ms per collector policy call for ``batch`` envs on ``device`` (Humanoid-v5 sizes)."""
+    dims = probe_dims(MujocoEnvFactory(env_id="Humanoid-v5"))
+    cuda = device.startswith("cuda")
+    policy = InferencePolicy(dims, FastSACConfig(), device=device, compile=False, amp=cuda)
+    obs = torch.randn(batch, dims.obs_dim)
+    for _ in range(3):
+        policy(obs).cpu()
+    start = time.perf_counter()
+    for _ in range(calls):
+        policy(obs).cpu()
+    return 1e3 * (time.perf_counter() - start) / calls
+
+
+def main() -> None:
+    """Print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--collectors", type=int, nargs="+", default=[1, 2, 4, 8, 14])
+    parser.add_argument("--envs", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--task", default="Humanoid-v5")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--updates", type=int, default=50)
+    parser.add_argument("--parts", nargs="+", default=["scaling", "learner", "inference"])
+    args = parser.parse_args()
+    print(f"machine: {_machine()}")
+    if "scaling" in args.parts:
+        print(f"\n{args.task}, {args.envs} envs, CPU collectors, {args.seconds:g} s each")
+        print(f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}")
+        base = None
+        for n in args.collectors:
+            rate, learn = scaling(args.task, n, args.envs, args.seconds)
+            base = base or rate
+            print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f}")
+    if "learner" in args.parts:
+        plain, ingesting = learner_overhead(args.device, args.envs, args.updates)
+        print(f"\nlearner on {args.device}, {args.envs} envs: updates/s without ingest {plain:.1f}, "
+              f"while ingesting {ingesting:.1f} ({100 * ingesting / plain:.0f} %)")  # fmt: skip
+    if "inference" in args.parts:
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        print(f"\n{'collectors':>10} {'batch':>6} " + " ".join(f"{d + ' ms':>9}" for d in devices))
+        for n in args.collectors:
+            batch = args.envs // n
+            cols = " ".join(f"{inference_ms(d, batch):>9.3f}" for d in devices)
+            print(f"{n:>10} {batch:>6} {cols}")
+
+
+if __name__ == "__main__":
+    main()
