@@ -43,7 +43,7 @@ def scaling(task: str, collectors: int, envs: int, seconds: float) -> tuple[floa
         num_updates=1, learning_starts=2, compile=False, cudagraphs=False, amp=False,
     )  # fmt: skip
     ticks: list[EngineStats] = []
-    with tempfile.TemporaryDirectory() as run_dir:
+    with tempfile.TemporaryDirectory(prefix="async_scaling_") as run_dir:
         spec = EngineSpec(
             topology=cpu_topology(num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs),
             env_factory=factory, dims=probe_dims(factory), agent=agent,
