@@ -1,0 +1,101 @@
+"""CUDA paths (run on the GPU machine): pinned staging + copy stream, CUDA-IPC rings, NCCL learners."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastsac_async import AsyncOptions, EngineSpec, Ingestor, run_engine
+from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory
+from fastsac_core import FastSACConfig, ReplayBuffer
+from numa_bind import discover_host
+from shm_transport import CudaIpcRing, HostRing, RingCursors, transition_layout
+from topology import resolve_trainer_topology
+
+pytestmark = pytest.mark.gpu
+OBS, ACT = 5, 2
+
+
+def _fill(ring: object, env: FakeBatchedEnv, steps: int) -> None:
+    obs, cobs = env.reset()
+    for _ in range(steps):
+        a = env.sample_actions()
+        r = env.step(a)
+        assert ring.push(  # type: ignore[attr-defined]
+            {"obs": torch.from_numpy(obs), "critic_obs": torch.from_numpy(cobs),
+             "actions": torch.from_numpy(a), "rewards": torch.from_numpy(r.rewards), "dones": torch.from_numpy(r.terminated),
+             "truncations": torch.from_numpy(r.truncated)}
+        )  # fmt: skip
+        obs, cobs = r.obs.copy(), r.critic_obs.copy()
+
+
+def _contents(buffer: ReplayBuffer) -> list[torch.Tensor]:
+    return [t.cpu().nan_to_num(-7.0) for t in (buffer.obs, buffer.critic_obs, buffer.actions,
+                                               buffer.rewards, buffer.dones, buffer.truncations)]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["pinned_host", "cuda_ipc"])
+def test_cuda_ingest_equals_cpu_ingest(kind: str) -> None:
+    """Two rings drained into a CUDA replay (pinned staging or IPC D2D) equal the CPU drain."""
+    layout = transition_layout(3, OBS, OBS + 1, ACT)
+    cpu_rings = [HostRing.create(layout, 4) for _ in range(2)]
+    cursors = [RingCursors.create(4) for _ in range(2)]
+    cuda_rings: list[object] = []
+    producers: list[CudaIpcRing] = []
+    try:
+        if kind == "pinned_host":
+            cuda_rings = [HostRing.create(layout, 4) for _ in range(2)]
+            producers_like = cuda_rings
+        else:
+            consumers = [CudaIpcRing.create_consumer(layout, 4, "cuda:0", c.handle) for c in cursors]
+            producers = [CudaIpcRing.attach_producer(c.producer_handle()) for c in consumers]
+            cuda_rings, producers_like = list(consumers), list(producers)
+        cpu_ing = Ingestor(cpu_rings, ReplayBuffer(6, 32, OBS, OBS + 1, ACT), 4)
+        gpu_ing = Ingestor(cuda_rings, ReplayBuffer(6, 32, OBS, OBS + 1, ACT, device="cuda:0"), 4)  # type: ignore[arg-type]
+        for chunk in range(5):
+            for i in range(2):
+                _fill(cpu_rings[i], FakeBatchedEnv(3, seed=10 * chunk + i), 3)
+                _fill(producers_like[i], FakeBatchedEnv(3, seed=10 * chunk + i), 3)
+            for p in producers:
+                p.flush()
+            while cpu_ing.drain():
+                pass
+            for _ in range(100):
+                gpu_ing.drain()
+                if gpu_ing.generations == cpu_ing.generations:
+                    break
+            gpu_ing.wait_before_sampling()
+        gpu_ing.wait_ingest()
+        for a, b in zip(_contents(cpu_ing.buffer), _contents(gpu_ing.buffer), strict=True):
+            assert torch.equal(a, b.to(a.dtype))
+    finally:
+        for p in producers:
+            p.close()
+        for r in [*cuda_rings, *cpu_rings]:
+            r.close()  # type: ignore[attr-defined]
+            if isinstance(r, HostRing):
+                r.unlink()
+        for c in cursors:
+            c.close()
+            c.unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_two_nccl_learners(tmp_path: Path) -> None:
+    """2 collectors with 2 NCCL learners on two GPUs run to their budget and clean up."""
+    factory = FakeEnvFactory(step_delay_s=0.001)
+    cfg = FastSACConfig(actor_hidden_dim=32, critic_hidden_dim=32, batch_size=16, buffer_size=64,
+                        num_updates=2, learning_starts=3)  # fmt: skip
+    topo = resolve_trainer_topology(
+        num_envs=8, num_collectors=2, num_learners=2, batch_size=16, trainer_device="cuda",
+        learner_devices=None, num_cuda_devices=torch.cuda.device_count(), collector_inference_device="auto",
+        cpus_per_collector=None, transition_ipc="auto", weight_ipc="auto", weight_ipc_min_bytes=1 << 24,
+        actor_param_bytes=0, host=discover_host(),
+    )  # fmt: skip
+    spec = EngineSpec(topology=topo, env_factory=factory, dims=factory(1, 0).dims, agent=cfg,
+                      options=AsyncOptions(num_collectors=2, num_learners=2, ring_capacity=4),
+                      seed=0, num_iterations=40, logging_interval=5, save_interval=0,
+                      run_dir=tmp_path)  # fmt: skip
+    result = run_engine(spec)
+    assert result.collector_steps == [40, 40] and result.updates == 2 * (40 - 3 + 1)
