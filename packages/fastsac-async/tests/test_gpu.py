@@ -23,8 +23,8 @@ def _fill(ring: object, env: FakeBatchedEnv, steps: int) -> None:
         r = env.step(a)
         assert ring.push(  # type: ignore[attr-defined]
             {"obs": torch.from_numpy(obs), "critic_obs": torch.from_numpy(cobs),
-             "actions": torch.from_numpy(a), "rewards": torch.from_numpy(r.rewards), "dones": torch.from_numpy(r.terminated),
-             "truncations": torch.from_numpy(r.truncated)}
+             "actions": torch.from_numpy(a), "rewards": torch.from_numpy(r.rewards),
+             "dones": torch.from_numpy(r.terminated), "truncations": torch.from_numpy(r.truncated)}
         )  # fmt: skip
         obs, cobs = r.obs.copy(), r.critic_obs.copy()
 
