@@ -37,14 +37,7 @@ def _compare(single: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
         torch.testing.assert_close(mean_loss, single["metrics"][call]["qf_loss"], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
-    """Params, targets, alpha, normalizers of 2 gloo ranks on half batches equal 1 process on the full one."""
-    fields = config_fields(tiny_config(batch_size=64, policy_frequency=2))
-    args = (fields, CALLS, NUM_UPDATES, 7)
-    run_ddp_rank(0, 1, str(tmp_path / "unused"), str(tmp_path / "single.pt"), *args)
-    single = torch.load(tmp_path / "single.pt", weights_only=True)
-
+def _run_ranks(tmp_path: Path, args: tuple[Any, ...], device: str) -> list[dict[str, Any]]:
     # Ranks are fresh interpreters (never forked); subprocess rather than multiprocessing, which would
     # leave its resource-tracker process running after the test.
     code = (
@@ -56,7 +49,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
                 sys.executable,
                 "-c",
                 code,
-                json.dumps([r, 2, str(tmp_path / "rdzv"), str(tmp_path / f"rank{r}.pt"), *args]),
+                json.dumps([r, 2, str(tmp_path / "rdzv"), str(tmp_path / f"rank{r}.pt"), *args, device]),
             ]
         )
         for r in range(2)
@@ -69,8 +62,30 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
                 p.kill()
                 p.wait(timeout=10)
     assert codes == [0, 0]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
+    """Params, targets, alpha, normalizers of 2 gloo ranks on half batches equal 1 process on the full one."""
+    fields = config_fields(tiny_config(batch_size=64, policy_frequency=2))
+    args = (fields, CALLS, NUM_UPDATES, 7)
+    run_ddp_rank(0, 1, str(tmp_path / "unused"), str(tmp_path / "single.pt"), *args)
+    single = torch.load(tmp_path / "single.pt", weights_only=True)
+    ranks = _run_ranks(tmp_path, args, "cpu")
     _compare(single, ranks)
     # and the ranks agree with each other exactly (same reduced gradients, same optimizer math)
     for key in ("actor", "qf", "log_alpha"):
         assert torch.equal(ranks[0][key], ranks[1][key]), key
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_two_nccl_ranks_match_one_gpu(tmp_path: Path) -> None:
+    """The same equivalence over NCCL on two GPUs (fp32, eager) against one GPU on the full batch."""
+    fields = config_fields(tiny_config(batch_size=64, policy_frequency=2, amp=False))
+    args = (fields, CALLS, NUM_UPDATES, 7)
+    ranks = _run_ranks(tmp_path, args, "cuda")
+    run_ddp_rank(0, 1, str(tmp_path / "unused"), str(tmp_path / "single.pt"), *args, "cuda")
+    single = torch.load(tmp_path / "single.pt", weights_only=True)
+    _compare(single, ranks)

@@ -93,26 +93,30 @@ def run_ddp_rank(
     calls: int,
     num_updates: int,
     data_seed: int,
+    device: str = "cpu",
 ) -> None:
     """One gloo rank of the DDP-equivalence check: train on this rank's share, save the final state.
 
     Every rank (and the single-process reference, with ``world_size=1``) regenerates the same full
     batches and noise from ``data_seed`` and keeps its rows, so the union over ranks of each
-    minibatch equals the reference minibatch.
+    minibatch equals the reference minibatch. ``device="cuda"`` uses NCCL and GPU ``rank``.
     """
     torch.manual_seed(1234 + rank)  # different on purpose: the initial broadcast must align the ranks
     torch.set_num_threads(1)
     cfg = FastSACConfig(**cfg_fields)
     if world_size > 1:
         dist.init_process_group(
-            "gloo",
+            "nccl" if device == "cuda" else "gloo",
             init_method=f"file://{init_file}",
             rank=rank,
             world_size=world_size,
             timeout=datetime.timedelta(seconds=60),
         )
     try:
-        agent = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=1, world_size=world_size)
+        where = torch.device(f"cuda:{rank}") if device == "cuda" else torch.device("cpu")
+        if where.type == "cuda":
+            torch.cuda.set_device(where)
+        agent = FastSACAgent(TINY_DIMS, cfg, where, num_envs=1, world_size=world_size)
         generator = torch.Generator().manual_seed(data_seed)
         rows = cfg.batch_size * num_updates
         keep = _rank_rows(rows, num_updates, rank, world_size)
@@ -122,14 +126,19 @@ def run_ddp_rank(
             noise = random_noise(rows, TINY_DIMS, generator)
             mine = Batch(*(t[keep] for t in batch))
             my_noise = UpdateNoise(*(t[keep] for t in noise))
-            metrics.append(agent.update_on_batch(mine, num_updates, my_noise))
+            my_noise = UpdateNoise(*(t.to(where) for t in my_noise))
+            metrics.append(
+                {k: v.cpu() for k, v in agent.update_on_batch(mine, num_updates, my_noise).items()}
+            )
         state = {
-            "actor": agent.flatten_actor_params(),
-            "qf": torch.cat([p.detach().reshape(-1) for p in agent.qf.parameters()]),
-            "qf_target": torch.cat([p.reshape(-1) for p in agent.qf_target.parameters()]),
-            "log_alpha": agent.log_alpha.detach().clone(),
-            "obs_normalizer": agent.obs_normalizer.state_dict(),
-            "critic_obs_normalizer": agent.critic_obs_normalizer.state_dict(),
+            "actor": agent.flatten_actor_params().cpu(),
+            "qf": torch.cat([p.detach().reshape(-1) for p in agent.qf.parameters()]).cpu(),
+            "qf_target": torch.cat([p.reshape(-1) for p in agent.qf_target.parameters()]).cpu(),
+            "log_alpha": agent.log_alpha.detach().cpu(),
+            "obs_normalizer": {k: v.cpu() for k, v in agent.obs_normalizer.state_dict().items()},
+            "critic_obs_normalizer": {
+                k: v.cpu() for k, v in agent.critic_obs_normalizer.state_dict().items()
+            },
             "metrics": metrics,
         }
         torch.save(state, Path(out_file))

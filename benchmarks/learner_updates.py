@@ -1,0 +1,128 @@
+"""Learner update throughput: FastSAC critic updates per second, eager against compiled.
+
+Humanoid-v5 dimensions (obs 348, act 17), the recipe's networks (actor 512, critics 768, 2 x C51 with
+101 atoms), num_updates=8 per call with policy_frequency=4 (8 critic : 2 actor updates), the replay
+buffer on the learner device. Counts critic updates; each includes its share of actor updates,
+sampling and normalisation.
+
+    uv run --frozen python benchmarks/learner_updates.py                      # whatever device is present
+    uv run --frozen python benchmarks/learner_updates.py --batch-sizes 1024 --calls 2 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import torch
+
+from fastsac_core import EnvDims, FastSACAgent, FastSACConfig
+
+HUMANOID = EnvDims(
+    obs_dim=348, critic_obs_dim=348, act_dim=17, action_low=(-0.4,) * 17, action_high=(0.4,) * 17
+)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {gpu}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} torch threads, load avg {load:.1f}"
+    )
+
+
+def build(
+    device: str, batch_size: int, num_envs: int, compiled: bool, cudagraphs: bool, amp: bool
+) -> FastSACAgent:
+    cfg = FastSACConfig(
+        batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs, amp=amp, gamma=0.99
+    )
+    agent = FastSACAgent(HUMANOID, cfg, device, num_envs=num_envs)
+    if compiled and device == "cpu":
+        # The agent compiles on CUDA only; the benchmark also measures inductor on CPU.
+        agent._critic_fn, agent._actor_fn = agent._build_step_functions(True)
+    n = num_envs
+    for _ in range(64):
+        agent.buffer.extend(
+            torch.randn(n, 348, device=device),
+            torch.randn(n, 348, device=device),
+            torch.rand(n, 17, device=device) * 0.8 - 0.4,
+            torch.randn(n, device=device),
+            torch.rand(n, device=device) < 0.01,
+            torch.rand(n, device=device) < 0.01,
+        )
+    return agent
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(agent: FastSACAgent, device: str, warmup: int, calls: int) -> tuple[float, float]:
+    """Return (updates/s, seconds of the first call, i.e. compilation included)."""
+    num_updates = agent.cfg.num_updates
+    t0 = time.perf_counter()
+    agent.update(num_updates)
+    sync(device)
+    first = time.perf_counter() - t0
+    for _ in range(warmup):
+        agent.update(num_updates)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        metrics = agent.update(num_updates)
+    sync(device)
+    elapsed = time.perf_counter() - t0
+    assert all(bool(torch.isfinite(v)) for v in metrics.values())
+    return calls * num_updates / elapsed, first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8192, 1024])
+    parser.add_argument("--num-envs", type=int, default=None, help="default: 1024 on CUDA, 64 on CPU")
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--calls", type=int, default=None, help="timed update() calls (8 updates each)")
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA instead of bf16 autocast")
+    parser.add_argument("--no-cudagraphs", action="store_true")
+    args = parser.parse_args()
+    cuda = args.device == "cuda"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    num_envs = args.num_envs or (1024 if cuda else 64)
+    calls = args.calls or (50 if cuda else 2)
+    warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
+    torch.manual_seed(0)
+
+    print(f"machine: {machine()}")
+    amp = cuda and not args.no_amp
+    print(f"device={args.device} num_envs={num_envs} calls={calls}x8 updates warmup={warmup} amp={amp}")
+    print("| batch | mode | updates/s | first call (s) |\n|---|---|---|---|")
+    for batch_size in args.batch_sizes:
+        for mode in args.modes:
+            compiled = mode == "compiled"
+            label = mode + (" (cudagraphs)" if compiled and cuda and not args.no_cudagraphs else "")
+            agent = build(
+                args.device, batch_size, num_envs, compiled, not args.no_cudagraphs, not args.no_amp
+            )
+            rate, first = measure(agent, args.device, warmup, calls)
+            print(f"| {batch_size} | {label} | {rate:.1f} | {first:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
