@@ -20,6 +20,24 @@ _SHM = Path("/dev/shm")
 _FOREIGN_SHM_PREFIXES = ("sem.",)
 
 
+def _creator_pid(name: str) -> int | None:
+    """The creator pid encoded in a shm-transport segment name (``shmtx-<pid>-<hex>``), if any."""
+    parts = name.split("-")
+    if len(parts) >= 3 and parts[0] == "shmtx" and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
+def _is_foreign(name: str, ours: set[int]) -> bool:
+    """True for a segment whose creator is alive and outside this test process tree.
+
+    Several sessions may share one machine; their live segments are none of this test's business,
+    and removing them would break them.
+    """
+    pid = _creator_pid(name)
+    return pid is not None and pid not in ours and Path(f"/proc/{pid}").exists()
+
+
 def _shm_entries() -> set[str]:
     try:
         return {p.name for p in _SHM.iterdir() if not p.name.startswith(_FOREIGN_SHM_PREFIXES)}
@@ -69,7 +87,8 @@ def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     deadline = time.monotonic() + 10.0
     while True:
         leaked_procs = _children(os.getpid()) - children_before
-        leaked_shm = _shm_entries() - shm_before
+        ours = {os.getpid()} | _children(os.getpid())
+        leaked_shm = {n for n in _shm_entries() - shm_before if not _is_foreign(n, ours)}
         if not (leaked_procs or leaked_shm) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
