@@ -33,7 +33,8 @@ PAYLOAD_PERIOD = 1024
 def payload_table() -> torch.Tensor:
     """Payload of slot i is row ``i % PAYLOAD_PERIOD``: distinct per env and per slot (exact floats)."""
     cells = STRESS_ENVS * STRESS_WIDTH
-    return torch.arange(PAYLOAD_PERIOD * cells, dtype=torch.float32).view(PAYLOAD_PERIOD, STRESS_ENVS, STRESS_WIDTH)
+    table = torch.arange(PAYLOAD_PERIOD * cells, dtype=torch.float32)
+    return table.view(PAYLOAD_PERIOD, STRESS_ENVS, STRESS_WIDTH)
 
 
 def ring_producer(handle: HostRingHandle, n: int, seed: int, out: Any) -> None:
@@ -134,7 +135,8 @@ def checking_consumer(handle: HostRingHandle, stop: Any, progress: Any, out: Any
             data = views["data"].clone()
             ring.commit_reads(count)
             expected = torch.arange(received, received + count, dtype=torch.int64)
-            ok = (seq == expected[:, None]).all() and (data == expected.to(torch.float32)[:, None, None]).all()
+            values = expected.to(torch.float32)[:, None, None]
+            ok = (seq == expected[:, None]).all() and (data == values).all()
             bad += 0 if bool(ok) else count
             received += count
             progress.value = received
@@ -173,7 +175,9 @@ def weight_writer_loop(handle: WeightChannelHandle, num_params: int, stop: Any, 
         out.put(("writer", (published, wrong_version)))
 
 
-def weight_reader_loop(handle: WeightChannelHandle, num_params: int, loads: int, timeout_s: float, out: Any) -> None:
+def weight_reader_loop(
+    handle: WeightChannelHandle, num_params: int, loads: int, timeout_s: float, out: Any
+) -> None:
     """Poll until ``loads`` snapshots were loaded; count inconsistent ones and non-increasing versions."""
     torch.set_num_threads(1)
     channel = WeightChannel.attach(handle)
@@ -224,3 +228,54 @@ def handshake_collector(handshake: Any, name: str, out: Any) -> None:
         ring.close()
         handshake.close()
         out.put((name, payload["note"]))
+
+
+def ipc_producer(handshake: Any, n: int, out: Any) -> None:
+    """CUDA-IPC producer: receive the ring handle, push n slots with sequence numbers, close first."""
+    from shm_transport import CudaIpcRing
+
+    handle = handshake.receive("c0", timeout_s=120.0)
+    ring = CudaIpcRing.attach_producer(handle)
+    rows = list(payload_table())
+    seq = torch.empty(STRESS_ENVS, dtype=torch.int64)
+    pushed = 0
+    try:
+        for i in range(n):
+            seq.fill_(i)
+            if not ring.push_blocking({"seq": seq, "payload": rows[i % PAYLOAD_PERIOD]}, timeout_s=60.0):
+                break
+            pushed += 1
+    finally:
+        ring.close()  # producer first: Note [CUDA-IPC teardown order]
+        handshake.close()
+        out.put(("producer", pushed))
+
+
+def ipc_weight_reader(handshake: Any, num_params: int, loads: int, stop: Any, out: Any) -> None:
+    """CUDA-IPC weight reader: load until ``loads`` snapshots; count inconsistent ones."""
+    from shm_transport import CudaIpcWeightReader
+
+    reader = CudaIpcWeightReader(handshake.receive("c0", timeout_s=120.0))
+    device = torch.device("cuda", torch.cuda.current_device())
+    params = torch.zeros(num_params, device=device)
+    extras = {
+        "mean": torch.zeros(5, device=device),
+        "count": torch.zeros((), dtype=torch.float64, device=device),
+    }
+    loaded = torn = regress = last = 0
+    deadline = time.monotonic() + 120.0
+    try:
+        while loaded < loads and time.monotonic() < deadline:
+            version = reader.poll(params, extras)
+            if version is None:
+                continue
+            ok = (params == version).all() & (extras["mean"] == version).all() & (extras["count"] == version)
+            torn += 0 if bool(ok) else 1
+            regress += 0 if version > last else 1
+            last = version
+            loaded += 1
+    finally:
+        reader.close()  # before the writer's process exits
+        stop.set()
+        handshake.close()
+        out.put(("reader", (loaded, torn, regress)))

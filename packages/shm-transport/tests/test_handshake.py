@@ -81,6 +81,7 @@ def test_release_lets_workers_go_and_unknown_worker_is_refused(handshake: Startu
         handshake.report_ready("stranger")
 
 
+@pytest.mark.slow
 def test_across_spawned_collectors() -> None:
     """Each spawned collector gets its message, attaches its ring, reports ready, and runs after release."""
     rings = {name: HostRing.create(w.stress_layout(), capacity=4) for name in ("c0", "c1")}
@@ -115,4 +116,3 @@ def test_across_spawned_collectors() -> None:
         for ring in rings.values():
             ring.close()
             ring.unlink()
-

@@ -48,7 +48,7 @@ def test_satisfies_protocol_and_names_segment(ring: HostRing) -> None:
 
 
 def test_full_ring_refuses_and_writes_nothing(ring: HostRing) -> None:
-    """push returns False on a full ring and leaves the oldest slot untouched."""
+    """A push returns False on a full ring and leaves the oldest slot untouched."""
     for value in range(4):
         assert ring.push(_slot(float(value)))
     assert ring.is_full() and ring.size() == 4 and ring.fill == 1.0
@@ -152,7 +152,7 @@ def test_context_manager_unlinks_for_creator() -> None:
 
 
 def test_invalid_capacity() -> None:
-    """capacity < 1 is refused with the config name in the message."""
+    """A capacity < 1 is refused with the config name in the message."""
     with pytest.raises(RingLayoutError, match="ring_capacity"):
         HostRing.create(LAYOUT, capacity=0)
 

@@ -64,7 +64,7 @@ def test_write_in_progress_means_keep_current(channel: WeightChannel) -> None:
 
 
 def test_wrong_sizes_are_refused(channel: WeightChannel) -> None:
-    """publish and poll reject a parameter vector or extras of the wrong shape."""
+    """Both publish and poll reject a parameter vector or extras of the wrong shape."""
     writer = HostWeightWriter(channel)
     with pytest.raises(RingLayoutError, match=r"\(10,\)"):
         writer.publish(torch.zeros(11), _snapshot(0.0)[1])
@@ -136,5 +136,5 @@ def test_reader_never_loads_a_torn_snapshot_threads() -> None:
 
 @pytest.mark.slow
 def test_reader_never_loads_a_torn_snapshot_processes() -> None:
-    """The same across two spawned processes, with 20k loads (true parallelism; slower per load on 2 cores)."""
+    """The same across two spawned processes, 20k loads (truly parallel; slower per load on 2 cores)."""
     _stress("process", loads=20_000)

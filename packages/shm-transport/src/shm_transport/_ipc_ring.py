@@ -143,6 +143,8 @@ class CudaIpcRing:
                 slots[..., start : start + width].fill_(float(spec.sentinel()))
         else:
             slots.zero_()
+        # Once, at start-up: the producer's side-stream copies must not race this initialisation.
+        torch.cuda.synchronize(dev)
         cursors = RingCursors.attach(cursors_handle)
         ring = cls(slots, layout, capacity, cursors, producer=False, debug=debug)
         ring._issued = cursors.read
