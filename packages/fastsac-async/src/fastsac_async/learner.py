@@ -166,11 +166,9 @@ class Learner:
         if self.rank == 0:
             self.hooks.on_progress(self.gstep, self.updates)
             self._maybe_checkpoint()
+        self.stopped = decision.stop
         self._maybe_report()
-        if decision.stop:
-            self.stopped = True
-            return False
-        return True
+        return not self.stopped
 
     # ------------------------------------------------------------------ checkpoints and stats
 
