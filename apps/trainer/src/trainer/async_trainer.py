@@ -24,9 +24,8 @@ from fastsac_async import (
     WorkerFailed,
     run_engine,
 )
-from fastsac_core import build_actor
-from numa_bind import discover_host
-from topology import TrainerTopology, resolve_trainer_topology
+from topology import TrainerTopology
+from trainer.config.placement import resolve_placement
 from trainer.plan import RunPlan
 from trainer.reporting import Reporter, Snapshot
 
@@ -66,25 +65,17 @@ class AsyncResult:
 
 
 def resolve_topology(plan: RunPlan) -> TrainerTopology:
-    """The placement of ``plan`` on this host."""
-    opts = plan.async_options
-    actor_bytes = 4 * sum(p.numel() for p in build_actor(plan.dims, plan.agent).parameters())
+    """The placement of ``plan`` on this host (the CLI resolves it once and carries it in the plan)."""
+    if plan.topology is not None:
+        return plan.topology
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return resolve_trainer_topology(
+    return resolve_placement(
         num_envs=plan.num_envs,
-        num_collectors=opts.num_collectors,
-        num_learners=opts.num_learners,
-        batch_size=plan.agent.batch_size,
-        trainer_device=plan.device,
-        learner_devices=opts.learner_devices,
-        num_cuda_devices=cuda,
-        collector_inference_device=opts.collector_inference_device,
-        cpus_per_collector=opts.cpus_per_collector,
-        transition_ipc=opts.transition_ipc,
-        weight_ipc=opts.weight_ipc,
-        weight_ipc_min_bytes=opts.weight_ipc_min_bytes,
-        actor_param_bytes=actor_bytes,
-        host=discover_host(with_gpus=cuda > 0),
+        dims=plan.dims,
+        agent=plan.agent,
+        options=plan.async_options,
+        device=plan.device,
+        cuda_count=cuda,
     )
 
 

@@ -155,11 +155,12 @@ def train(overrides: list[str]) -> int:
     """One training run from command-line overrides; returns the exit code."""
     from omegaconf import OmegaConf
 
-    from trainer.config.placement import describe_placement
+    from trainer.config.placement import describe_placement, placement_of
     from trainer.run_dir import create_run_dir, default_run_name
 
     run, resume_from, previous_run, cuda_count = _composed(overrides)
-    placement = describe_placement(run, cuda_count)
+    topology = placement_of(run, cuda_count)
+    placement = describe_placement(run, topology)
     trainer_fn = select_trainer(run.config["algo"]["trainer"]["asynchronous"])
     cfg = run.config
     if cfg["run_name"] is None and previous_run is not None:
@@ -170,7 +171,7 @@ def train(overrides: list[str]) -> int:
     run_dir = create_run_dir(run_dir.parent, run_dir.name, OmegaConf.to_yaml(cfg), resuming=same_run)
     own = [o for o in overrides if not o.startswith("resume=")]
     (run_dir / _OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in own), encoding="utf-8")
-    plan = run.plan(run_dir, resume_from)
+    plan = run.plan(run_dir, resume_from, topology)
     out = sys.stdout
     for note in run.notes:
         out.write(f"{note}\n")

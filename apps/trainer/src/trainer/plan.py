@@ -12,6 +12,7 @@ from pathlib import Path
 from fastsac_async.config import AsyncOptions
 from fastsac_core.config import FastSACConfig
 from fastsac_core.env import EnvDims, EnvFactory
+from topology import TrainerTopology
 
 __all__ = ["RunPlan", "checkpoint_dir", "checkpoint_path"]
 
@@ -50,6 +51,9 @@ class RunPlan:
     """The run folder (``runs/<run>``), already created."""
     resume_from: Path | None = None
     """Checkpoint file to continue from."""
+    topology: TrainerTopology | None = None
+    """Placement of the asynchronous trainer, resolved once before anything spawns (None: resolve
+    on demand; the synchronous trainer ignores it)."""
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

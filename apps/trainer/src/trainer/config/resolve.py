@@ -13,6 +13,7 @@ from typing import Any
 from fastsac_async.config import AsyncOptions
 from fastsac_core.config import FastSACConfig
 from fastsac_core.env import EnvDims
+from topology import TrainerTopology
 from trainer.config.exceptions import TrainerAppError
 from trainer.config.validate import validate_config
 from trainer.plan import RunPlan
@@ -51,8 +52,10 @@ class ResolvedRun:
     notes: tuple[str, ...] = ()
     """Lines for the console about what was adjusted (the CPU profile)."""
 
-    def plan(self, run_dir: Path, resume_from: Path | None) -> RunPlan:
-        """The :class:`RunPlan` of this run, writing into ``run_dir``."""
+    def plan(
+        self, run_dir: Path, resume_from: Path | None, topology: TrainerTopology | None = None
+    ) -> RunPlan:
+        """The :class:`RunPlan` of this run, writing into ``run_dir``, placed by ``topology``."""
         trainer = self.config["algo"]["trainer"]
         return RunPlan(
             task_name=self.task_name,
@@ -70,6 +73,7 @@ class ResolvedRun:
             save_interval=trainer["save_interval"],
             run_dir=run_dir,
             resume_from=resume_from,
+            topology=topology,
         )
 
 
