@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import platform
 import time
+from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
 
 import numpy as np
@@ -85,6 +86,43 @@ def _worker(
     out.put(fn(task, num_envs, cpu, seconds, barrier))
 
 
+def _rate(step: Callable[[], object], num_envs: int, seconds: float) -> float:
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        step()
+        steps += num_envs
+    return steps / elapsed
+
+
+def ab_compare(task: str, num_envs: int, rounds: int, seconds: float) -> tuple[float, float]:
+    """Median steps/s of MujocoBatchedEnv and SyncVectorEnv, alternated in one process on one core.
+
+    Alternating short rounds exposes both to the same background load, so their ratio is
+    meaningful on a shared machine even when the absolute figures are not.
+    """
+    import gymnasium as gym
+
+    from trainer.tasks import get_task, quiet_mujoco_compiler
+
+    _pin(sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else None)
+    spec = get_task(task)
+    ours = spec.env_factory()(num_envs, 0)
+    with quiet_mujoco_compiler():
+        vec = gym.vector.SyncVectorEnv([lambda: gym.make(spec.env_id) for _ in range(num_envs)])
+    rng = np.random.default_rng(0)
+    low, high = vec.single_action_space.low, vec.single_action_space.high
+    shape = (num_envs, *vec.single_action_space.shape)
+    ours.reset()
+    vec.reset(seed=0)
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(_rate(lambda: ours.step(ours.sample_actions()), num_envs, seconds))
+        b.append(_rate(lambda: vec.step(rng.uniform(low, high, shape).astype(np.float32)), num_envs, seconds))
+    ours.close()
+    vec.close()
+    return float(np.median(a)), float(np.median(b))
+
+
 def best(repeats: int, kind: str, task: str, num_envs: int, cpus: list[int | None], seconds: float) -> float:
     """Best aggregate rate of ``repeats`` runs of one cell (load from other processes only slows a run)."""
     return max(run(kind, task, num_envs, cpus, seconds) for _ in range(repeats))
@@ -131,6 +169,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="measuring time per cell")
     parser.add_argument("--num-envs", type=int, default=64, help="envs of the one-process cell")
     parser.add_argument("--repeats", type=int, default=1, help="best of this many runs per cell (noisy VMs)")
+    parser.add_argument("--ab", type=int, default=0, help="rounds of an alternated ours-vs-SyncVectorEnv run")
     parser.add_argument("--sync-vector", action="store_true", help="also time gymnasium SyncVectorEnv")
     args = parser.parse_args()
 
@@ -146,6 +185,16 @@ def main() -> None:
     print(machine())
     print(f"env steps/s, batched random actions, {args.seconds:.0f} s per cell, best of {args.repeats}")
     print(f"load average before: {os.getloadavg()[0]:.1f}\n")
+    if args.ab:
+        print(
+            f"| task | MujocoBatchedEnv({n}) | SyncVectorEnv({n}) | ratio |"
+            f" (median of {args.ab} alternated rounds)"
+        )
+        print("|---|---:|---:|---:|")
+        for task in args.tasks.split(","):
+            ours, theirs = ab_compare(task, n, args.ab, args.seconds)
+            print(f"| {task} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f} |", flush=True)
+        return
     print(header)
     print(sep)
     for task in args.tasks.split(","):
