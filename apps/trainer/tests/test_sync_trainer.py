@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,15 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
 
     assert train(a) == train(b)
     assert dataclasses.asdict(a.snapshots[-1])["iteration"] == 6
+
+
+@pytest.mark.gpu
+def test_sync_trainer_on_cuda(tmp_path: Path) -> None:
+    """On CUDA (compiled, CUDA graphs, bf16) the loop runs, reports finite metrics and checkpoints."""
+    reporter = RecordingReporter()
+    result = run_sync(make_plan(tmp_path, num_iterations=6, device="cuda"), reporter)
+    assert result.updates == 4 * TINY["num_updates"]
+    last = reporter.snapshots[-1]
+    assert all(math.isfinite(last.scalars[k]) for k in TRAIN)
+    assert last.timing["sync"]["update"] > 0.0
+    assert result.last_checkpoint == checkpoint_path(tmp_path, 6)

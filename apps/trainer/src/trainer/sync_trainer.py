@@ -172,6 +172,10 @@ def run_sync(
     stop_reason: StopReason = "completed"
     try:
         obs, critic_obs = env.reset()
+        # The protocol keeps step arrays valid only until the next step, so the pre-step obs the
+        # buffer needs is copied (~10 µs) rather than relied on (MujocoBatchedEnv would keep it).
+        held_obs = np.empty_like(obs)
+        held_critic_obs = held_obs if critic_obs is obs else np.empty_like(critic_obs)
         start = time.perf_counter()
         interval = _Interval()
         last_reported = last_saved = iteration
@@ -186,13 +190,15 @@ def run_sync(
 
             t0 = time.perf_counter()
             actions = _choose_actions(env, agent, obs, explore=iteration < cfg.learning_starts)
+            np.copyto(held_obs, obs)
+            if held_critic_obs is not held_obs:
+                np.copyto(held_critic_obs, critic_obs)
             t1 = time.perf_counter()
             result = env.step(actions)
             t2 = time.perf_counter()
-            # Note [obs double buffering] in trainer.tasks: `obs` (pre-step) is intact after step().
             agent.buffer.extend(
-                torch.from_numpy(obs),
-                torch.from_numpy(critic_obs),
+                torch.from_numpy(held_obs),
+                torch.from_numpy(held_critic_obs),
                 torch.from_numpy(actions),
                 torch.from_numpy(result.rewards),
                 torch.from_numpy(result.terminated),

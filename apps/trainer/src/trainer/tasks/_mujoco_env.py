@@ -8,9 +8,11 @@ episode statistics and random actions are done here, vectorised with numpy. This
 
 # Note [obs double buffering]
 ``step`` writes observations into one of two preallocated float32 arrays, alternating, so
-the obs returned by step t is still intact while the caller runs step t+1 (a trainer acts on
-obs_t, steps, then stores obs_t next to the reward of that step without copying it first).
-Every other array of a :class:`StepResult` is valid until the next ``step`` call.
+the obs returned by step t is still intact while the caller runs step t+1 (a caller that knows
+it has a MujocoBatchedEnv can act on obs_t, step, then store obs_t next to the reward of that
+step without copying it first). This is stronger than the BatchedEnv protocol, which keeps step
+arrays valid only until the next step. Every other array of a :class:`StepResult` is valid until
+the next ``step`` call.
 """
 
 from __future__ import annotations
