@@ -1,6 +1,7 @@
 """Scaling of the asynchronous engine: collectors, learner ingest overhead, collector inference.
 
 Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 14] [--envs 1024]
+       [--envs-per-collector 32]
        [--seconds 20] [--task Humanoid-v5] [--device cuda] [--parts scaling learner inference]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default) with one learner that drains and
@@ -116,7 +117,8 @@ def main() -> None:
     """Print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collectors", type=int, nargs="+", default=[1, 2, 4, 8, 14])
-    parser.add_argument("--envs", type=int, default=1024)
+    parser.add_argument("--envs", type=int, default=1024, help="envs of the learner/inference parts")
+    parser.add_argument("--envs-per-collector", type=int, default=32, help="envs of each scaling collector")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--task", default="Humanoid-v5")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -125,11 +127,12 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {_machine()}")
     if "scaling" in args.parts:
-        print(f"\n{args.task}, {args.envs} envs, CPU collectors, {args.seconds:g} s each")
+        per = args.envs_per_collector
+        print(f"\n{args.task}, {per} envs per collector, CPU collectors, {args.seconds:g} s each")
         print(f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}")
         base = None
         for n in args.collectors:
-            rate, learn = scaling(args.task, n, args.envs, args.seconds)
+            rate, learn = scaling(args.task, n, per * n, args.seconds)
             base = base or rate
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f}")
     if "learner" in args.parts:

@@ -1,0 +1,52 @@
+"""Return against wall-clock (and env steps) of a finished run, read from its TensorBoard events.
+
+    uv run --frozen python benchmarks/return_curve.py runs/<run> [--start-epoch EPOCH] [--every 30]
+
+``--start-epoch`` is the Unix time the command was launched (so start-up counts); without it the
+first event's time is used. Prints a table: seconds, env steps, rollout/mean_return, env steps/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+
+def curve(run_dir: Path) -> dict[str, list[tuple[float, int, float]]]:
+    """Scalar series of a run: tag -> [(wall time, step, value)]."""
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def main() -> None:
+    """Print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--start-epoch", type=float, default=None)
+    parser.add_argument("--every", type=float, default=30.0, help="seconds between printed rows")
+    parser.add_argument("--num-envs", type=int, default=None, help="env steps = step * num_envs")
+    args = parser.parse_args()
+    series = curve(args.run_dir)
+    returns = series.get("rollout/mean_return", [])
+    rates = {step: v for _, step, v in series.get("perf/env_steps_per_s", [])}
+    if not returns:
+        print("no rollout/mean_return events")
+        return
+    start = args.start_epoch if args.start_epoch is not None else returns[0][0]
+    print(f"{'seconds':>8} {'iteration':>9} {'env steps':>10} {'mean return':>11} {'env steps/s':>11}")
+    next_row = 0.0
+    best = max(v for _, _, v in returns)
+    for wall, step, value in returns:
+        t = wall - start
+        if t >= next_row or (wall, step, value) == returns[-1]:
+            steps = step * args.num_envs if args.num_envs else step
+            print(f"{t:>8.0f} {step:>9} {steps:>10} {value:>11.1f} {rates.get(step, float('nan')):>11.0f}")
+            next_row = t + args.every
+    print(f"best mean return {best:.1f}; last {returns[-1][2]:.1f} at {returns[-1][0] - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
