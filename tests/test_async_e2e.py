@@ -88,4 +88,4 @@ def test_stop_request_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.stop_reason == "stop_requested"
     assert result.last_checkpoint is not None
-    assert peek_checkpoint(result.last_checkpoint)["extra"]["global_step"] == result.iterations
+    assert peek_checkpoint(result.last_checkpoint)["extra"]["iteration"] == result.iterations

@@ -45,4 +45,4 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int) 
     assert names == {"collector0", "collector1"} | {f"learner{r}" for r in range(learners)}
     assert result.last_checkpoint is not None
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
-    assert extra["collector_steps"] == [40, 40] and extra["global_step"] == 40
+    assert extra["collector_steps"] == [40, 40] and extra["iteration"] == 40

@@ -178,7 +178,7 @@ class AsyncEngine:
         if spec.resume_from is not None:
             extra = peek_checkpoint(spec.resume_from)["extra"]
             steps = extra.get("collector_steps")
-            gstep = int(extra.get("global_step", 0))
+            gstep = int(extra.get("iteration", 0))
             control.resume_collector_steps(list(steps) if steps else [gstep] * spec.num_collectors)
         segments = _Segments()
         workers = self._learners + self._collectors

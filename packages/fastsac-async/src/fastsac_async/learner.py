@@ -186,7 +186,7 @@ class Learner:
             self.hooks.checkpoint_path(self.gstep),
             self.agent,
             extra={
-                "global_step": self.gstep,
+                "iteration": self.gstep,
                 "updates": self.updates,
                 **self.hooks.checkpoint_extra(self.gstep),
             },

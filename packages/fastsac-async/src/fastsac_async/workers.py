@@ -215,7 +215,7 @@ def run_learner(
         start_gstep = 0
         if spec.resume_from is not None:
             extra = load_checkpoint(spec.resume_from, agent)
-            start_gstep = int(extra.get("global_step", 0))
+            start_gstep = int(extra.get("iteration", 0))
         rings: list[TransitionRing] = []
         writers: list[WeightWriter] = []
         channels: list[WeightChannel] = []
