@@ -21,10 +21,11 @@ _FOREIGN_SHM_PREFIXES = ("sem.",)
 
 
 def _creator_pid(name: str) -> int | None:
-    """The creator pid encoded in a shm-transport segment name (``shmtx-<pid>-<hex>``), if any."""
-    parts = name.split("-")
-    if len(parts) >= 3 and parts[0] == "shmtx" and parts[1].isdigit():
-        return int(parts[1])
+    """The creator pid encoded in a segment name (``shmtx-<pid>-<hex>``, torch's ``torch_<pid>_...``)."""
+    for sep, prefix in (("-", "shmtx"), ("_", "torch")):
+        parts = name.split(sep)
+        if len(parts) >= 3 and parts[0] == prefix and parts[1].isdigit():
+            return int(parts[1])
     return None
 
 
@@ -35,7 +36,11 @@ def _is_foreign(name: str, ours: set[int]) -> bool:
     and removing them would break them.
     """
     pid = _creator_pid(name)
-    return pid is not None and pid not in ours and Path(f"/proc/{pid}").exists()
+    if pid is None or not Path(f"/proc/{pid}").exists():
+        return False
+    # torch's CUDA-IPC reference-count files are torch's to release (when the last storage that
+    # crossed processes is freed), even in this very process: removing them breaks torch.
+    return name.startswith("torch_") or pid not in ours
 
 
 def _shm_entries() -> set[str]:

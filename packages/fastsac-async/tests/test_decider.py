@@ -56,6 +56,35 @@ def test_resume_owes_nothing_for_batches_before_the_checkpoint() -> None:
     assert d.step(collector_steps=204, has_data=True, stop_vote=False).run_updates == 8
 
 
+def test_max_run_caps_a_decision_and_keeps_the_rest_owed() -> None:
+    """A decision grants at most max_run updates; the remainder is owed, never dropped."""
+    d = _decider("strict", max_run=10)
+    first = d.step(collector_steps=20, has_data=True, stop_vote=False)  # gsteps 3..10 -> 32 owed
+    assert (first.run_updates, first.owed) == (10, 22)
+    runs = [d.step(collector_steps=20, has_data=True, stop_vote=False).run_updates for _ in range(4)]
+    assert runs == [10, 10, 2, 0]
+
+
+def test_strict_stops_ingesting_while_in_debt() -> None:
+    """Strict holds the rings (collectors wait) while more than max_run updates are owed."""
+    d = _decider("strict", max_run=10)
+    d.step(collector_steps=20, has_data=True, stop_vote=False)  # 22 still owed
+    assert not d.should_ingest(has_data=True)
+    assert d.should_ingest(has_data=False)  # a rank waiting for data always drains
+    d.step(collector_steps=20, has_data=True, stop_vote=False)  # 12 owed
+    assert not d.should_ingest(has_data=True)
+    d.step(collector_steps=20, has_data=True, stop_vote=False)  # 2 owed
+    assert d.should_ingest(has_data=True)
+
+
+def test_learner_bound_never_holds_the_rings() -> None:
+    """learner_bound keeps draining whatever is owed: collectors are never throttled."""
+    d = _decider("learner_bound", max_run=1)
+    d.step(collector_steps=20, has_data=False, stop_vote=False)
+    d.step(collector_steps=40, has_data=False, stop_vote=False)
+    assert d.owed > 1 and d.should_ingest(has_data=True)
+
+
 def test_chunks_and_publish_cadence() -> None:
     """Updates run in ≤ num_updates chunks and publish every weight_publish_interval updates."""
     assert split_chunks(10, 4) == [4, 4, 2]

@@ -13,6 +13,15 @@ of ``[new_updates (rank 0 only), stop votes, done votes, ranks without data, gst
 decides the count, every rank learns it, the run defers together while any rank still waits for
 data (each keeps draining meanwhile), and the stop is collective (any stop vote, or every rank
 done): no rank is ever left alone inside a collective.
+
+# Note [strict back-pressure]
+One decision grants at most ``max_run`` updates (the rest stays owed), so a learner returns to its
+loop (stats, checkpoints, stop votes) at a steady cadence however far behind it is. In ``strict``
+mode a learner also stops draining its rings while more than ``max_run`` updates are owed
+(:meth:`TrainDecider.should_ingest`): the rings fill, the collectors wait on them, and the
+update-to-data ratio holds. Without that, collectors faster than the learner were never blocked,
+the debt grew without bound and was paid in ever longer bursts (seen on the H200 headline run).
+``learner_bound`` never throttles collectors: that is its point.
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ class TrainDecider:
         learning_starts: Full batches of random actions before learning starts.
         utd_mode: ``strict`` or ``learner_bound``.
         start_gstep: gstep already trained for (a resumed run owes nothing for earlier batches).
+        max_run: Most updates one decision grants (None: all that is owed); see
+            Note [strict back-pressure].
     """
 
     def __init__(
@@ -61,6 +72,7 @@ class TrainDecider:
         learning_starts: int,
         utd_mode: Literal["strict", "learner_bound"],
         start_gstep: int = 0,
+        max_run: int | None = None,
     ) -> None:
         if utd_mode not in ("strict", "learner_bound"):
             raise AsyncConfigError(
@@ -78,11 +90,23 @@ class TrainDecider:
         # gsteps up to and including _last_gstep are paid for.
         self._last_gstep = max(start_gstep, learning_starts - 1)
         self._owed = 0
+        if max_run is not None and max_run < 1:
+            raise AsyncConfigError(f"max_run={max_run} must be at least 1 (or None for no cap)")
+        self._max_run = max_run
 
     @property
     def owed(self) -> int:
         """Updates owed and not yet run."""
         return self._owed
+
+    def should_ingest(self, has_data: bool) -> bool:
+        """Whether a learner may drain its rings now (Note [strict back-pressure]).
+
+        Always while its buffer has nothing to sample (a rank waiting for data must keep draining).
+        """
+        if self._mode != "strict" or self._max_run is None or not has_data:
+            return True
+        return self._owed <= self._max_run
 
     def learning(self, collector_steps: int) -> bool:
         """True once learning has started for these collector steps."""
@@ -119,6 +143,8 @@ class TrainDecider:
         )
         self._owed += total_new
         run = self._owed if not_ready == 0 else 0
+        if self._max_run is not None:
+            run = min(run, self._max_run)
         self._owed -= run
         stop = stops > 0 or dones == self._collective.world_size
         return Decision(run_updates=run, owed=self._owed, stop=stop, gstep=gsteps)

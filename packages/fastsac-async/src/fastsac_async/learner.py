@@ -140,7 +140,12 @@ class Learner:
             self._window_updates += chunk
             if self.cadence.after(chunk):
                 self.publish()
-            self.drain()  # keep the rings moving between chunks (local, no collective)
+            self._maybe_drain()  # keep the rings moving between chunks (local, no collective)
+
+    def _maybe_drain(self) -> None:
+        """Drain unless strict mode holds the collectors back (Note [strict back-pressure])."""
+        if self.decider.should_ingest(self.agent.buffer.num_complete >= 1):
+            self.drain()
 
     def _done(self) -> bool:
         ing = self.ingestor
@@ -150,7 +155,7 @@ class Learner:
         """One loop: drain, one lockstep decision, the updates it grants; False once stopped."""
         if self.stopped:
             return False
-        self.drain()
+        self._maybe_drain()
         decision = self.decider.step(
             collector_steps=self.hooks.collector_steps(),
             has_data=self.agent.buffer.num_complete >= 1,

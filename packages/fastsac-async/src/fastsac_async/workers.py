@@ -258,6 +258,7 @@ def run_learner(
                     learning_starts=spec.agent.learning_starts,
                     utd_mode=spec.options.utd_mode,
                     start_gstep=start_gstep,
+                    max_run=spec.agent.num_updates * spec.options.max_ingest_per_iter,
                 ),
                 settings=LearnerSettings(
                     num_updates=spec.agent.num_updates,
