@@ -29,7 +29,7 @@ def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
     ("args", "expected"),
     [
         (
-            ["task=pendulum", f"{OPTS}.num_collectors=3"],
+            ["task=pendulum", "task.num_envs=8", f"{OPTS}.num_collectors=3"],
             f"error: {OPTS}.num_collectors=3 is invalid: task.num_envs=8 is not divisible by it; "
             "choose from {1, 2, 4, 8}",
         ),

@@ -92,7 +92,7 @@ def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> No
 )
 def test_invalid_values_name_setting_value_and_fix(override: str, setting: str, fix_part: str) -> None:
     """Each invalid value raises a ConfigError naming the setting, the value seen and a fix."""
-    cfg = _cfg("task=pendulum", override)
+    cfg = _cfg("task=pendulum", "task.num_envs=8", override)
     with pytest.raises(ConfigError) as info:
         validate_config(cfg, cuda_count=1)
     assert info.value.setting == setting
@@ -137,7 +137,7 @@ def test_cpu_profile_caps_only_keys_the_user_did_not_set() -> None:
     assert cfg["algo"]["agent"]["batch_size"] == 4096
     assert cfg["task"]["num_envs"] == CPU_PROFILE["task.num_envs"]
     assert cfg["algo"]["agent"]["num_updates"] == CPU_PROFILE["algo.agent.num_updates"]
-    assert any(note.startswith("task.num_envs 512->") for note in notes)
+    assert any(note.startswith(f"task.num_envs {TASKS['humanoid'].num_envs}->") for note in notes)
 
 
 def test_cpu_profile_keeps_env_count_divisible_by_collectors() -> None:

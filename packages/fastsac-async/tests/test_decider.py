@@ -77,6 +77,17 @@ def test_strict_stops_ingesting_while_in_debt() -> None:
     assert d.should_ingest(has_data=True)
 
 
+def test_done_waits_for_the_updates_still_owed() -> None:
+    """Every rank voting done does not stop a run that still owes updates beyond max_run."""
+    d = _decider("strict", max_run=10)
+    first = d.step(collector_steps=20, has_data=True, stop_vote=False, done_vote=True)
+    assert (first.run_updates, first.stop) == (10, False)
+    while (decision := d.step(collector_steps=20, has_data=True, stop_vote=False, done_vote=d.owed == 0)).owed:
+        assert not decision.stop
+    final = d.step(collector_steps=20, has_data=True, stop_vote=False, done_vote=True)
+    assert final.stop and final.run_updates == 0
+
+
 def test_learner_bound_never_holds_the_rings() -> None:
     """learner_bound keeps draining whatever is owed: collectors are never throttled."""
     d = _decider("learner_bound", max_run=1)

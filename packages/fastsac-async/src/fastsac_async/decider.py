@@ -146,7 +146,8 @@ class TrainDecider:
         if self._max_run is not None:
             run = min(run, self._max_run)
         self._owed -= run
-        stop = stops > 0 or dones == self._collective.world_size
+        # Done means nothing left to run: updates granted now, or still owed under max_run, come first.
+        stop = stops > 0 or (dones == self._collective.world_size and self._owed == 0)
         return Decision(run_updates=run, owed=self._owed, stop=stop, gstep=gsteps)
 
 

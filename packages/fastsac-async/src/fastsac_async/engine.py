@@ -30,7 +30,7 @@ from typing import Any
 
 from fastsac_async.control import Control
 from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, WorkerFailed
-from fastsac_async.spec import EngineSpec, collector_name, learner_name, weight_extras
+from fastsac_async.spec import EngineSpec, IpcRingHandles, collector_name, learner_name, weight_extras
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot, aggregate_collectors
 from fastsac_async.supervisor import Supervisor
 from fastsac_async.workers import run_collector, run_learner
@@ -136,19 +136,22 @@ class AsyncEngine:
         weight_handles: dict[int, Any] = {}
         for c in spec.topology.collectors:
             cap = spec.options.ring_capacity
-            ring: HostRing | RingCursors
-            if c.transition_transport == "cuda_ipc":
-                ring = RingCursors.create(cap)
-            else:
-                width = c.env_stop - c.env_start
-                ring = HostRing.create(
-                    transition_layout(width, dims.obs_dim, dims.critic_obs_dim, dims.act_dim), cap
-                )
-            segments.rings.append(ring)
-            ring_handles[c.index] = ring.handle
-            channel = WeightChannel.create(
-                numel, weight_extras(dims), host_slots=c.weight_transport == "host"
+            width = c.env_stop - c.env_start
+            # A host ring always exists: it is the transport, or the fallback a learner takes when
+            # CUDA IPC fails on its device (a virtualised GPU, say); an unused one costs a little
+            # shared memory until the names are unlinked after boot.
+            host = HostRing.create(
+                transition_layout(width, dims.obs_dim, dims.critic_obs_dim, dims.act_dim), cap
             )
+            segments.rings.append(host)
+            if c.transition_transport == "cuda_ipc":
+                cursors = RingCursors.create(cap)
+                segments.rings.append(cursors)
+                ring_handles[c.index] = IpcRingHandles(cursors=cursors.handle, fallback=host.handle)
+            else:
+                ring_handles[c.index] = host.handle
+            # Host slots always, for the same reason (two copies of the actor's parameters).
+            channel = WeightChannel.create(numel, weight_extras(dims), host_slots=True)
             segments.channels.append(channel)
             weight_handles[c.index] = channel.handle
         return ring_handles, weight_handles

@@ -9,10 +9,17 @@ import torch
 
 from fastsac_async.config import AsyncOptions
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig
-from shm_transport import FieldSpec
+from shm_transport import FieldSpec, HostRingHandle, RingCursorsHandle
 from topology import TrainerTopology
 
-__all__ = ["EngineSpec", "checkpoint_file", "collector_name", "learner_name", "weight_extras"]
+__all__ = [
+    "EngineSpec",
+    "IpcRingHandles",
+    "checkpoint_file",
+    "collector_name",
+    "learner_name",
+    "weight_extras",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,3 +90,13 @@ def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:
         "obs_std": FieldSpec((dims.obs_dim,), torch.float32),
         "obs_count": FieldSpec((1,), torch.float32),
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class IpcRingHandles:
+    """What a learner gets for a collector planned on a CUDA-IPC ring."""
+
+    cursors: RingCursorsHandle
+    """Shared cursors of the CUDA-IPC ring the learner allocates."""
+    fallback: HostRingHandle
+    """A host ring to use instead when CUDA IPC fails on the learner's device."""

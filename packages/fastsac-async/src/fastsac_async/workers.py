@@ -23,7 +23,7 @@ from fastsac_async.collector import Collector, CollectorSettings
 from fastsac_async.control import Control
 from fastsac_async.decider import TrainDecider
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
-from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name
+from fastsac_async.spec import EngineSpec, IpcRingHandles, checkpoint_file, collector_name
 from fastsac_async.stats import offer
 from fastsac_async.worker_process import worker_process
 from fastsac_core import FastSACAgent, InferencePolicy, load_checkpoint
@@ -31,6 +31,7 @@ from numa_bind import bind_current_process
 from shm_transport import (
     CudaIpcProducerHandle,
     CudaIpcRing,
+    CudaIpcUnavailable,
     CudaIpcWeightHandle,
     CudaIpcWeightReader,
     CudaIpcWeightWriter,
@@ -38,7 +39,6 @@ from shm_transport import (
     HostRingHandle,
     HostWeightReader,
     HostWeightWriter,
-    RingCursorsHandle,
     StartupHandshake,
     TransitionRing,
     WeightChannel,
@@ -191,7 +191,7 @@ def run_learner(
     control: Control,
     handshake: StartupHandshake,
     stats_queue: Any,
-    ring_handles: dict[int, HostRingHandle | RingCursorsHandle],
+    ring_handles: dict[int, HostRingHandle | IpcRingHandles],
     weight_handles: dict[int, WeightChannelHandle],
 ) -> None:
     """Learner process: bind, join the group, build the agent, ship slots, publish, then learn."""
@@ -225,22 +225,36 @@ def run_learner(
                     c.env_stop - c.env_start, spec.dims.obs_dim, spec.dims.critic_obs_dim, spec.dims.act_dim
                 )
                 handle = ring_handles[c.index]
-                ring_payload: object
-                if isinstance(handle, RingCursorsHandle):
-                    ipc = CudaIpcRing.create_consumer(layout, spec.options.ring_capacity, device, handle)
-                    rings.append(ipc)
-                    ring_payload = ipc.producer_handle()
-                else:
+                ring_payload: object = None
+                if isinstance(handle, IpcRingHandles):
+                    try:
+                        ipc = CudaIpcRing.create_consumer(
+                            layout, spec.options.ring_capacity, device, handle.cursors
+                        )
+                        rings.append(ipc)
+                        ring_payload = ipc.producer_handle()
+                    except CudaIpcUnavailable as error:
+                        _log.warning(
+                            "collector%d: host transition ring instead of CUDA IPC: %s", c.index, error
+                        )
+                        handle = handle.fallback
+                if ring_payload is None:
+                    assert isinstance(handle, HostRingHandle)
                     rings.append(HostRing.attach(handle))
                     ring_payload = handle
                 channel = WeightChannel.attach(weight_handles[c.index])
                 channels.append(channel)
-                weights_payload: object
+                weights_payload: object = None
                 if c.weight_transport == "cuda_ipc":
-                    ipc_writer = CudaIpcWeightWriter(channel, device)
-                    writers.append(ipc_writer)
-                    weights_payload = ipc_writer.reader_handle()
-                else:
+                    try:
+                        ipc_writer = CudaIpcWeightWriter(channel, device)
+                        writers.append(ipc_writer)
+                        weights_payload = ipc_writer.reader_handle()
+                    except CudaIpcUnavailable as error:
+                        _log.warning(
+                            "collector%d: host weight channel instead of CUDA IPC: %s", c.index, error
+                        )
+                if weights_payload is None:
                     writers.append(HostWeightWriter(channel))
                     weights_payload = weight_handles[c.index]
                 handshake.ship(collector_name(c.index), {"ring": ring_payload, "weights": weights_payload})
