@@ -82,7 +82,8 @@ def test_done_waits_for_the_updates_still_owed() -> None:
     d = _decider("strict", max_run=10)
     first = d.step(collector_steps=20, has_data=True, stop_vote=False, done_vote=True)
     assert (first.run_updates, first.stop) == (10, False)
-    while (decision := d.step(collector_steps=20, has_data=True, stop_vote=False, done_vote=d.owed == 0)).owed:
+    while d.owed:
+        decision = d.step(collector_steps=20, has_data=True, stop_vote=False, done_vote=d.owed == 0)
         assert not decision.stop
     final = d.step(collector_steps=20, has_data=True, stop_vote=False, done_vote=True)
     assert final.stop and final.run_updates == 0
