@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,22 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int) 
     assert result.last_checkpoint is not None
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
     assert extra["collector_steps"] == [40, 40] and extra["iteration"] == 40
+
+
+@pytest.mark.slow
+def test_cuda_ipc_planned_but_unavailable_falls_back_to_host(tmp_path: Path) -> None:
+    """A collector planned on CUDA-IPC rings and weights runs on the host transport when IPC fails."""
+    spec = _spec(tmp_path, 2, 1, 12)
+    ipc = tuple(
+        dataclasses.replace(c, transition_transport="cuda_ipc", weight_transport="cuda_ipc")
+        for c in spec.topology.collectors
+    )
+    spec = dataclasses.replace(spec, topology=dataclasses.replace(spec.topology, collectors=ipc))
+    ticks: list[EngineStats] = []
+    result = run_engine(spec, ticks.append)  # no CUDA here: every IPC setup raises CudaIpcUnavailable
+    assert result.collector_steps == [12, 12] and result.updates == 2 * (12 - 3 + 1)
+    assert max(s.weight_version for s in ticks[-1].collectors.values()) > 0
+    log = (tmp_path / "logs" / "learner0.log").read_text()
+    assert (
+        "host transition ring instead of CUDA IPC" in log and "host weight channel instead of CUDA IPC" in log
+    )
