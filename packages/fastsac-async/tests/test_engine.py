@@ -1,4 +1,5 @@
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,17 @@ def test_cuda_ipc_planned_but_unavailable_falls_back_to_host(tmp_path: Path) -> 
     assert (
         "host transition ring instead of CUDA IPC" in log and "host weight channel instead of CUDA IPC" in log
     )
+
+
+@pytest.mark.slow
+def test_engine_sweeps_segments_of_dead_runs(tmp_path: Path) -> None:
+    """A segment left named by a dead parent (killed during boot) is removed when the next run starts."""
+    probe = subprocess.Popen(["true"])  # its pid is dead once it exits
+    probe.wait()
+    stale = Path(f"/dev/shm/shmtx-{probe.pid}-deadbeef")
+    stale.write_bytes(b"\0" * 64)
+    try:
+        run_engine(_spec(tmp_path, 1, 1, 4))
+        assert not stale.exists()
+    finally:
+        stale.unlink(missing_ok=True)

@@ -42,6 +42,7 @@ from shm_transport import (
     RingCursors,
     StartupHandshake,
     WeightChannel,
+    cleanup_stale_segments,
     transition_layout,
 )
 
@@ -183,6 +184,11 @@ class AsyncEngine:
             steps = extra.get("collector_steps")
             gstep = int(extra.get("iteration", 0))
             control.resume_collector_steps(list(steps) if steps else [gstep] * spec.num_collectors)
+        # A parent killed during an earlier run's boot left its segments named: sweep those whose
+        # creator is dead (never a live process's).
+        stale = cleanup_stale_segments()
+        if stale:
+            _log.info("removed %d stale shared-memory segment(s) of dead runs: %s", len(stale), stale)
         segments = _Segments()
         workers = self._learners + self._collectors
         handshake = StartupHandshake(ctx, collectors=self._collectors, workers=workers)
