@@ -167,6 +167,8 @@ def test_collector_and_learner_in_process(rings: Rings) -> None:
         assert learner.updates == 2 * (12 - 2 + 1)
         assert collector.version > 1 and collector.lag >= 0
         assert snaps and snaps[-1].updates == learner.updates
+        first = collector.snapshot()
+        assert collector.snapshot().steps_per_s == first.steps_per_s > 0, "an empty window keeps the rate"
         assert {"drain", "update", "publish"} <= set(learner.snapshot().timing_ms) | {
             "drain",
             "update",

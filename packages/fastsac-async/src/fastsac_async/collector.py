@@ -92,6 +92,7 @@ class Collector:
         self._lengths: deque[float] = deque(maxlen=100)
         self._episodes = 0
         self._window_start = time.perf_counter()
+        self._last_rate = 0.0
         self._window_steps = 0
         self._last_stats = start_steps
         self._next_stats = start_steps + min(10, settings.stats_interval)
@@ -165,10 +166,12 @@ class Collector:
     def snapshot(self) -> CollectorSnapshot:
         """Stats of the window since the last snapshot (starts a new window)."""
         now = time.perf_counter()
+        if self._window_steps:  # an empty window (the final snapshot, say) keeps the last rate
+            self._last_rate = self._window_steps / max(now - self._window_start, 1e-9)
         snap = CollectorSnapshot(
             index=self.settings.index,
             steps=self.steps,
-            steps_per_s=self._window_steps / max(now - self._window_start, 1e-9),
+            steps_per_s=self._last_rate,
             num_envs=self.env.num_envs,
             episodes=self._episodes,
             mean_return=float(np.mean(self._returns)) if self._returns else None,
