@@ -218,13 +218,22 @@ def test_first_ctrl_c_requests_stop_second_aborts() -> None:
     """SIGINT once sets should_stop (and notifies); twice raises KeyboardInterrupt; handler restored."""
     notified: list[bool] = []
     previous = signal.getsignal(signal.SIGINT)
-    with StopRequest(on_first=lambda: notified.append(True)) as stop:
+    with StopRequest(on_first=lambda: notified.append(True), debounce_s=0.05) as stop:
         assert not stop()
         signal.raise_signal(signal.SIGINT)
         assert stop() and notified == [True]
+        time.sleep(0.1)
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_a_duplicated_sigint_counts_as_one_press() -> None:
+    """Two SIGINTs in quick succession (uv run forwarding the terminal's) only request a clean stop."""
+    with StopRequest(debounce_s=5.0) as stop:
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        assert stop()
 
 
 def test_key_reader_sets_cbreak_and_restores_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -18,14 +19,19 @@ class StopRequest:
     returns) and calls ``on_first``; the second raises :class:`KeyboardInterrupt` to abort.
     Use as a context manager: the previous SIGINT handler is restored on exit.
 
+    A SIGINT within ``debounce_s`` of the first counts as the same press: ``uv run`` forwards the
+    terminal's SIGINT to its child, which then sees one Ctrl+C twice.
+
     Args:
         on_first: Called once, from the signal handler, when the first stop is requested.
+        debounce_s: Window after the first press in which another SIGINT is the same press.
     """
 
-    def __init__(self, on_first: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_first: Callable[[], None] | None = None, *, debounce_s: float = 1.0) -> None:
         self._event = threading.Event()
         self._on_first = on_first
-        self._presses = 0
+        self._debounce_s = debounce_s
+        self._first_press: float | None = None
         self._previous: Any = None
 
     def __call__(self) -> bool:
@@ -40,10 +46,12 @@ class StopRequest:
                 self._on_first()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self._presses += 1
-        if self._presses >= 2:
+        now = time.monotonic()
+        if self._first_press is None:
+            self._first_press = now
+            self.request()
+        elif now - self._first_press > self._debounce_s:
             raise KeyboardInterrupt
-        self.request()
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
