@@ -15,6 +15,11 @@ from pathlib import Path
 
 import pytest
 
+# torch.compile's parallel compilation keeps a pool of worker processes alive for the whole
+# session; the leak guard below would count (and kill) them, and the next compile would hang on the
+# killed pool. Compile in-process during tests.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 _SHM = Path("/dev/shm")
 # Kernel/library entries that are not ours: POSIX semaphores of multiprocessing.
 _FOREIGN_SHM_PREFIXES = ("sem.",)
