@@ -20,14 +20,17 @@ step() {  # name, then the command
   tail -n 25 "$out/$name.log"
 }
 if [[ $what == tests || $what == all ]]; then
-  step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="--import-mode=importlib -ra" packages apps tests
+  # Per-test timeout and an overall cap: a hang must not eat the whole device lease.
+  step gpu_tests timeout 420 python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 --tb=short \
+    -o addopts="--import-mode=importlib -ra" packages apps tests
 fi
 if [[ $what == bench || $what == all ]]; then
-  step learner python3 benchmarks/learner_updates.py --device cuda --batch-sizes 8192 1024
-  step transport python3 benchmarks/transport_bench.py
-  step drain python3 benchmarks/async_drain.py --device cuda
+  step learner timeout 240 python3 benchmarks/learner_updates.py --device cuda --batch-sizes 8192 1024
+  step transport timeout 240 python3 benchmarks/transport_bench.py
+  step drain timeout 120 python3 benchmarks/async_drain.py --device cuda
 fi
 if [[ $what == scaling || $what == all ]]; then
   # Emulate the 16-core machine: every process of the benchmark stays on CPUs 0-15.
-  step scaling taskset -c 0-15 python3 benchmarks/async_scaling.py --device cuda --collectors 1 2 4 8 14 --seconds 12
+  step scaling timeout 400 taskset -c 0-15 python3 benchmarks/async_scaling.py --device cuda \
+    --collectors 1 2 4 8 14 --seconds 12
 fi
