@@ -177,3 +177,40 @@ def test_collector_and_learner_in_process(rings: Rings) -> None:
     finally:
         channel.close()
         channel.unlink()
+
+
+def test_one_ring_fills_the_replay_exactly_like_the_synchronous_loop(rings: Rings) -> None:
+    """1 collector + 1 learner stores byte-for-byte what the synchronous loop's per-step extend stores."""
+    steps = 40  # many wraps of the 8-slot ring, so spans end at the wrap and restart at slot 0
+    env, ring = FakeBatchedEnv(4, seed=2), rings.make(4, 8)
+    ingestor = Ingestor([ring], _buffer(4), max_ingest_per_iter=3)
+    pushed = 0
+    reference = _buffer(4)
+    twin = FakeBatchedEnv(4, seed=2)  # the synchronous loop steps an identical env
+    obs, cobs = twin.reset()
+    env_obs, env_cobs = env.reset()
+    while pushed < steps:
+        while pushed < steps and not ring.is_full():
+            actions = env.sample_actions()
+            res = env.step(actions)
+            assert ring.push(
+                {"obs": torch.from_numpy(env_obs), "critic_obs": torch.from_numpy(env_cobs),
+                 "actions": torch.from_numpy(actions), "rewards": torch.from_numpy(res.rewards),
+                 "dones": torch.from_numpy(res.terminated), "truncations": torch.from_numpy(res.truncated)}
+            )  # fmt: skip
+            env_obs, env_cobs = res.obs.copy(), res.critic_obs.copy()
+            twin_actions = twin.sample_actions()
+            twin_res = twin.step(twin_actions)
+            reference.extend(
+                torch.from_numpy(obs), torch.from_numpy(cobs), torch.from_numpy(twin_actions),
+                torch.from_numpy(twin_res.rewards), torch.from_numpy(twin_res.terminated),
+                torch.from_numpy(twin_res.truncated),
+            )  # fmt: skip
+            obs, cobs = twin_res.obs.copy(), twin_res.critic_obs.copy()
+            pushed += 1
+        ingestor.drain()
+    while ingestor.drain():
+        pass
+    assert ingestor.generations == steps
+    for got, want in zip(_storage(ingestor.buffer), _storage(reference), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)  # unwritten rows are NaN
