@@ -33,7 +33,7 @@ no release/acquire primitive, so ``create``/``attach`` refuse to run with ``Unsu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn
@@ -44,7 +44,7 @@ from torch import Tensor
 from shm_transport._layout import RingLayout, align_up
 from shm_transport._platform import check_store_order_platform
 from shm_transport._segment import COUNTER_A, COUNTER_B, HEADER_NBYTES, KIND_RING, Segment
-from shm_transport._waiting import Backoff
+from shm_transport._waiting import BlockingRingOps
 from shm_transport.exceptions import RingLayoutError, SegmentError, UnwrittenSlotError
 
 __all__ = ["HostRing", "HostRingHandle"]
@@ -68,7 +68,7 @@ def _ring_nbytes(layout: RingLayout, capacity: int) -> int:
     return HEADER_NBYTES + sum(layout.field_region_nbytes(name, capacity) for name in layout.names)
 
 
-class HostRing:
+class HostRing(BlockingRingOps):
     """SPSC transition ring in host shared memory (see Note [Ring memory ordering]).
 
     Create it in the parent with ``HostRing.create``, pass ``ring.handle`` to the producer and the
@@ -242,16 +242,6 @@ class HostRing:
         words[COUNTER_A] = write + 1
         return True
 
-    def push_blocking(
-        self, fields: Mapping[str, Tensor], timeout_s: float, should_stop: Callable[[], bool] | None = None
-    ) -> bool:
-        """Push, waiting up to ``timeout_s`` for room; False on timeout or when ``should_stop()``."""
-        backoff = Backoff(timeout_s, should_stop)
-        while not self.push(fields):
-            if not backoff.wait():
-                return False
-        return True
-
     def _raise_bad_fields(self, fields: Mapping[str, Any]) -> NoReturn:
         expected = {name: (self._layout.num_envs, *spec.shape) for name, spec in self._layout.fields}
         seen = {name: tuple(getattr(value, "shape", ())) for name, value in fields.items()}
@@ -281,16 +271,6 @@ class HostRing:
         if self._debug:
             self._check_written(views, read)
         return count, views
-
-    def read_span_blocking(
-        self, max_slots: int, timeout_s: float, should_stop: Callable[[], bool] | None = None
-    ) -> tuple[int, dict[str, Tensor]]:
-        """``read_span``, waiting up to ``timeout_s`` for data; ``(0, {})`` on timeout or stop."""
-        backoff = Backoff(timeout_s, should_stop)
-        while True:
-            count, views = self.read_span(max_slots)
-            if count or not backoff.wait():
-                return count, views
 
     def commit_reads(self, n: int) -> None:
         """Hand the ``n`` oldest unread slots back to the producer (after copying them out).

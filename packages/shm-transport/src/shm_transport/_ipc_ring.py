@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -47,7 +47,7 @@ from shm_transport._cleanup import pid_alive
 from shm_transport._cursors import RingCursors, RingCursorsHandle
 from shm_transport._ipc_probe import require_cuda_ipc
 from shm_transport._layout import FieldSpec, RingLayout
-from shm_transport._waiting import Backoff
+from shm_transport._waiting import BlockingRingOps
 from shm_transport.exceptions import CudaIpcUnavailable, RingLayoutError, SegmentError, UnwrittenSlotError
 
 __all__ = ["CudaIpcProducerHandle", "CudaIpcRing"]
@@ -83,7 +83,7 @@ def _columns(layout: RingLayout) -> list[tuple[str, FieldSpec, int, int]]:
     return columns
 
 
-class CudaIpcRing:
+class CudaIpcRing(BlockingRingOps):
     """Transition ring in device memory; same interface as ``HostRing`` (Note [CUDA-IPC ring ordering])."""
 
     def __init__(
@@ -328,16 +328,6 @@ class CudaIpcRing:
             seen = {name: tuple(value.shape) for name, value in fields.items()}
             raise RingLayoutError(f"push got fields {seen}, the ring's layout needs exactly {expected}")
 
-    def push_blocking(
-        self, fields: Mapping[str, Tensor], timeout_s: float, should_stop: Callable[[], bool] | None = None
-    ) -> bool:
-        """Push, waiting up to ``timeout_s`` for room; False on timeout or stop."""
-        backoff = Backoff(timeout_s, should_stop)
-        while not self.push(fields):
-            if not backoff.wait():
-                return False
-        return True
-
     # ---------------------------------------------------------------------------------- consumer
     def read_span(self, max_slots: int) -> tuple[int, dict[str, Tensor]]:
         """Strided float32 device views ``(k, num_envs, *shape)`` of the next run, from the issued reads."""
@@ -360,16 +350,6 @@ class CudaIpcRing:
         if self._debug:
             self._check_written(views)
         return count, views
-
-    def read_span_blocking(
-        self, max_slots: int, timeout_s: float, should_stop: Callable[[], bool] | None = None
-    ) -> tuple[int, dict[str, Tensor]]:
-        """``read_span``, waiting up to ``timeout_s``; ``(0, {})`` on timeout or stop."""
-        backoff = Backoff(timeout_s, should_stop)
-        while True:
-            count, views = self.read_span(max_slots)
-            if count or not backoff.wait():
-                return count, views
 
     def commit_reads(self, n: int) -> None:
         """Mark ``n`` slots read once the copies already enqueued on the current stream complete."""

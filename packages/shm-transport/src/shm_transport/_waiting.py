@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-__all__ = ["Backoff"]
+from torch import Tensor
+
+__all__ = ["Backoff", "BlockingRingOps"]
 
 _SPIN_ROUNDS = 64
 """Yields before the first sleep: a consumer a few microseconds behind is caught without sleeping."""
@@ -43,3 +45,38 @@ class Backoff:
             pause = min(_MAX_SLEEP_S, _FIRST_SLEEP_S * 2.0 ** min(16, self._rounds - _SPIN_ROUNDS))
             time.sleep(min(pause, self._deadline - now))
         return True
+
+
+class BlockingRingOps:
+    """``push_blocking`` and ``read_span_blocking`` for any ring with ``push`` and ``read_span``.
+
+    Both ring kinds inherit them, so the waiting policy lives in one place (:class:`Backoff`).
+    """
+
+    def push(self, fields: Mapping[str, Tensor]) -> bool:  # pragma: no cover - provided by the ring
+        """Push one slot without waiting (the ring's own)."""
+        raise NotImplementedError
+
+    def read_span(self, max_slots: int) -> tuple[int, dict[str, Tensor]]:  # pragma: no cover
+        """Views of the next contiguous unread run without waiting (the ring's own)."""
+        raise NotImplementedError
+
+    def push_blocking(
+        self, fields: Mapping[str, Tensor], timeout_s: float, should_stop: Callable[[], bool] | None = None
+    ) -> bool:
+        """Push, waiting up to ``timeout_s`` for room; False on timeout or when ``should_stop()``."""
+        backoff = Backoff(timeout_s, should_stop)
+        while not self.push(fields):
+            if not backoff.wait():
+                return False
+        return True
+
+    def read_span_blocking(
+        self, max_slots: int, timeout_s: float, should_stop: Callable[[], bool] | None = None
+    ) -> tuple[int, dict[str, Tensor]]:
+        """``read_span``, waiting up to ``timeout_s`` for data; ``(0, {})`` on timeout or stop."""
+        backoff = Backoff(timeout_s, should_stop)
+        while True:
+            count, views = self.read_span(max_slots)
+            if count or not backoff.wait():
+                return count, views
