@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from shm_transport._weight_channel import WeightChannel, check_snapshot
+from shm_transport._weight_channel import SeqlockVersions, WeightChannel, check_snapshot
 
 __all__ = ["HostWeightReader", "HostWeightWriter"]
 
@@ -73,7 +73,7 @@ class HostWeightWriter:
         self._staging = None
 
 
-class HostWeightReader:
+class HostWeightReader(SeqlockVersions):
     """A collector's end of a host weight channel; ``poll`` never waits for the writer."""
 
     def __init__(self, channel: WeightChannel, *, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
@@ -85,20 +85,6 @@ class HostWeightReader:
         self._checked: tuple[int, ...] = ()  # ids of the destinations last validated
         self.torn_retries = 0
         """Copies discarded because the writer started a new write during them (a metric)."""
-
-    @property
-    def loaded_version(self) -> int:
-        """Version last loaded into the caller's tensors (0 = nothing yet)."""
-        return self._loaded
-
-    def published_version(self) -> int:
-        """Latest completed version (peek; loads nothing)."""
-        return self._channel.load_seq() // 2
-
-    @property
-    def lag(self) -> int:
-        """``published_version() - loaded_version`` (the ``async/policy_lag`` metric)."""
-        return self.published_version() - self._loaded
 
     def poll(self, dst_params: Tensor, dst_extras: Mapping[str, Tensor]) -> int | None:
         """Load a newer consistent snapshot into the destinations; its version, or None.

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from shm_transport._ipc_probe import require_cuda_ipc
-from shm_transport._weight_channel import WeightChannel, WeightChannelHandle, check_snapshot
+from shm_transport._weight_channel import SeqlockVersions, WeightChannel, WeightChannelHandle, check_snapshot
 from shm_transport.exceptions import CudaIpcUnavailable, SegmentError
 
 __all__ = ["CudaIpcWeightHandle", "CudaIpcWeightReader", "CudaIpcWeightWriter"]
@@ -81,7 +81,7 @@ class CudaIpcWeightWriter:
         self._extras = {}
 
 
-class CudaIpcWeightReader:
+class CudaIpcWeightReader(SeqlockVersions):
     """The collector's end (same GPU as the writer); ``poll`` never waits for the writer."""
 
     def __init__(self, handle: CudaIpcWeightHandle, *, max_retries: int = 3) -> None:
@@ -101,20 +101,6 @@ class CudaIpcWeightReader:
         self._loaded = 0
         self.torn_retries = 0
         """Copies discarded because the writer started a new write during them."""
-
-    @property
-    def loaded_version(self) -> int:
-        """Version last loaded (0 = nothing yet)."""
-        return self._loaded
-
-    def published_version(self) -> int:
-        """Latest completed version (peek)."""
-        return self._channel.load_seq() // 2
-
-    @property
-    def lag(self) -> int:
-        """``published_version() - loaded_version``."""
-        return self.published_version() - self._loaded
 
     def poll(self, dst_params: Tensor, dst_extras: Mapping[str, Tensor]) -> int | None:
         """Load a newer consistent snapshot into the destinations; its version, or None (keep current)."""

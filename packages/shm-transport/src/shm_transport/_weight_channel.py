@@ -199,3 +199,27 @@ def check_snapshot(
     wanted = {name: spec.shape for name, spec in extras.items()}
     if shapes != wanted:
         raise RingLayoutError(f"weight extras have shapes {shapes}, the channel was created with {wanted}")
+
+
+class SeqlockVersions:
+    """Version bookkeeping shared by the weight readers (see Note [Weight channel seqlock]).
+
+    A subclass sets ``_channel`` and updates ``_loaded`` when it loads a snapshot.
+    """
+
+    _channel: WeightChannel
+    _loaded: int = 0
+
+    @property
+    def loaded_version(self) -> int:
+        """Version last loaded into the caller's tensors (0 = nothing yet)."""
+        return self._loaded
+
+    def published_version(self) -> int:
+        """Latest completed version (peek; loads nothing)."""
+        return self._channel.load_seq() // 2
+
+    @property
+    def lag(self) -> int:
+        """``published_version() - loaded_version`` (the ``async/policy_lag`` metric)."""
+        return self.published_version() - self._loaded
