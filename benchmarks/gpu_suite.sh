@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU half of the test suite and the GPU benchmarks, in one call on the device machine:
 #   source .devrun/env.sh && bash benchmarks/gpu_suite.sh [tests|bench|scaling|all]
-# Logs land under $OUT (or /tmp/gpu_suite); each step's tail is printed.
+# Logs land under $OUT (or /tmp/gpu_suite); each step's tail is printed. Step caps can be lowered with
+# TESTS_TIMEOUT, TRANSPORT_TIMEOUT, DRAIN_TIMEOUT (seconds); SKIP_LEARNER=1 leaves out the learner step.
 set -uo pipefail
 out=${OUT:-/tmp/gpu_suite}
 mkdir -p "$out"
@@ -21,13 +22,13 @@ step() {  # name, then the command
 }
 if [[ $what == tests || $what == all ]]; then
   # Per-test timeout and an overall cap: a hang must not eat the whole device lease.
-  step gpu_tests timeout 420 python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 --tb=short \
+  step gpu_tests timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 --tb=short \
     -o addopts="--import-mode=importlib -ra" packages apps tests
 fi
 if [[ $what == bench || $what == all ]]; then
-  step learner timeout 240 python3 benchmarks/learner_updates.py --device cuda --batch-sizes 8192 1024
-  step transport timeout 240 python3 benchmarks/transport_bench.py
-  step drain timeout 120 python3 benchmarks/async_drain.py --device cuda
+  [[ ${SKIP_LEARNER:-0} == 1 ]] || step learner timeout 240 python3 benchmarks/learner_updates.py --device cuda --batch-sizes 8192 1024
+  step transport timeout "${TRANSPORT_TIMEOUT:-240}" python3 benchmarks/transport_bench.py
+  step drain timeout "${DRAIN_TIMEOUT:-120}" python3 benchmarks/async_drain.py --device cuda
 fi
 if [[ $what == scaling || $what == all ]]; then
   # Emulate the 16-core machine: every process of the benchmark stays on CPUs 0-15.
