@@ -48,6 +48,20 @@ def _is_foreign(name: str, ours: set[int]) -> bool:
     return name.startswith("torch_") or pid not in ours
 
 
+# Session-long helpers that libraries start on first use, as children of the test process. Killing one
+# breaks every later use in the session: torch's shared-memory manager (started by the first CUDA-IPC
+# or file-descriptor share) hangs the next share when it is gone.
+_SESSION_DAEMONS = ("torch_shm_manager",)
+
+
+def _is_session_daemon(pid: int) -> bool:
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return False
+    return Path(argv0).name in _SESSION_DAEMONS
+
+
 def _shm_entries() -> set[str]:
     try:
         return {p.name for p in _SHM.iterdir() if not p.name.startswith(_FOREIGN_SHM_PREFIXES)}
@@ -96,7 +110,9 @@ def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     deadline = time.monotonic() + 10.0
     while True:
-        leaked_procs = _children(os.getpid()) - children_before
+        leaked_procs = {
+            pid for pid in _children(os.getpid()) - children_before if not _is_session_daemon(pid)
+        }
         ours = {os.getpid()} | _children(os.getpid())
         leaked_shm = {n for n in _shm_entries() - shm_before if not _is_foreign(n, ours)}
         if not (leaked_procs or leaked_shm) or time.monotonic() > deadline:

@@ -184,14 +184,15 @@ def ipc_ring_cost(num_envs: int, slots: int) -> tuple[float, float]:
         for _ in range(slots // CAPACITY):
             start = time.perf_counter()
             for _ in range(CAPACITY):
-                prod.push(src)
+                if not prod.push(src):
+                    raise RuntimeError("CUDA-IPC push found the ring full after a full drain")
             prod.flush()
             push_s += time.perf_counter() - start
             start = time.perf_counter()
             count, views = consumer.read_span(CAPACITY)
             dst[:count].copy_(views["obs"])
             consumer.commit_reads(count)
-            torch.cuda.synchronize()
+            consumer.flush()  # wait for the D2D copy and publish the read cursor (it is lazy otherwise)
             drain_s += time.perf_counter() - start
     finally:
         prod.close()
