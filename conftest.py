@@ -21,8 +21,9 @@ import pytest
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 _SHM = Path("/dev/shm")
-# Kernel/library entries that are not ours: POSIX semaphores of multiprocessing.
-_FOREIGN_SHM_PREFIXES = ("sem.",)
+# Kernel/library entries that are not ours: POSIX semaphores of multiprocessing, and the CUDA driver's
+# own IPC bookkeeping (``cuda.shm.<uid>.<id>.<n>``, created by the first CUDA-IPC export of a process).
+_FOREIGN_SHM_PREFIXES = ("sem.", "cuda.shm.")
 
 
 def _creator_pid(name: str) -> int | None:

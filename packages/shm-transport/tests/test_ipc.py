@@ -1,5 +1,6 @@
 import queue
 import threading
+import time
 
 import pytest
 import shmtx_workers as w
@@ -139,6 +140,9 @@ def test_ipc_weights_in_process_threads() -> None:
             count.fill_(version)
             if writer.publish(params, {"mean": mean, "count": count}) != version:
                 errors.put(f"version {version} mismatch")
+            # Let the reader thread take the GIL: a writer thread that never releases it while seq is
+            # even starves any reader thread (the trainer's writer and readers are separate processes).
+            time.sleep(0)
 
     thread = threading.Thread(target=publish_loop, daemon=True)
     thread.start()

@@ -63,6 +63,20 @@ def test_write_in_progress_means_keep_current(channel: WeightChannel) -> None:
     assert reader.poll(params, extras) == 2 and params.eq(2.0).all()
 
 
+def test_a_write_of_the_other_slot_does_not_discard_the_copy(channel: WeightChannel) -> None:
+    """The re-check discards a copy only once the writer began the next write of the same slot (v + 2)."""
+    writer, reader = HostWeightWriter(channel), HostWeightReader(channel)
+    writer.publish(*_snapshot(1.0))
+    seq = channel.load_seq()
+    assert seq == 2 and not reader._overwritten(seq)
+    channel.store_seq(seq + 1)  # version 2 in progress: slot 0, not version 1's slot 1
+    assert not reader._overwritten(seq)
+    channel.store_seq(seq + 2)  # version 2 complete
+    assert not reader._overwritten(seq)
+    channel.store_seq(seq + 3)  # version 3 in progress: slot 1, the slot being copied
+    assert reader._overwritten(seq)
+
+
 def test_wrong_sizes_are_refused(channel: WeightChannel) -> None:
     """Both publish and poll reject a parameter vector or extras of the wrong shape."""
     writer = HostWeightWriter(channel)

@@ -90,8 +90,8 @@ class HostWeightReader(SeqlockVersions):
         """Load a newer consistent snapshot into the destinations; its version, or None.
 
         None means "keep the current weights": nothing newer, a write in progress, or every retry
-        was torn. The destinations are written only with a snapshot whose ``seq`` did not change
-        during the copy (Note [Weight channel seqlock]). A CUDA destination receives a
+        was torn. The destinations are written only with a snapshot whose slot the writer did not
+        start rewriting during the copy (Note [Weight channel seqlock]). A CUDA destination receives a
         non-blocking copy from pinned staging, ordered on the current stream.
         """
         channel = self._channel
@@ -111,7 +111,7 @@ class HostWeightReader(SeqlockVersions):
             params_staging.copy_(params_src)
             for name, staging in extras_staging.items():
                 staging.copy_(extras_src[name])
-            if channel.load_seq() != seq:  # re-check after the copy: step 3 of the note
+            if self._overwritten(seq):  # re-check after the copy: step 3 of the note
                 self.torn_retries += 1
                 continue
             self._deliver(dst_params, dst_extras)

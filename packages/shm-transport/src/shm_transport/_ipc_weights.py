@@ -122,7 +122,7 @@ class CudaIpcWeightReader(SeqlockVersions):
                     staging.copy_(self._extras[name][slot], non_blocking=True)
                 self._copied.record(self._stream)
             self._copied.synchronize()  # our own copy, not the writer: the re-check needs it finished
-            if channel.load_seq() != seq:
+            if self._overwritten(seq):  # step 3 of Note [Weight channel seqlock]
                 self.torn_retries += 1
                 continue
             dst_params.copy_(self._staging, non_blocking=True)

@@ -16,17 +16,21 @@ Writer (one per channel), ``publish``:
 Reader, ``poll`` (never waits):
   1. ``s1 = seq``; odd -> return None ("keep the current weights"); ``s1 // 2 <= loaded`` -> None;
   2. copy slot ``(s1 // 2) % 2`` into a private staging buffer;
-  3. ``s2 = seq``; if ``s2 != s1`` the writer started another write during the copy (it may have
-     overwritten that slot two versions later): discard and retry, at most ``max_retries`` times,
-     then return None;
+  3. ``s2 = seq``; if ``s2 >= s1 + 3`` the writer started writing version ``v + 2``, which goes to the
+     very slot being copied: discard and retry, at most ``max_retries`` times, then return None. A
+     write of ``v + 1`` during the copy (``s2`` is ``s1 + 1`` or ``s1 + 2``) fills the *other* slot
+     and is harmless: that is what the second slot is for, and it keeps a reader from being starved
+     by a writer that publishes back to back;
   4. copy the staging buffer into the caller's tensors: a torn snapshot never reaches them.
 
 Ordering: the same x86-64 facts as Note [Ring memory ordering] (``_host_ring``): ``seq`` has one
 writer, its 8-byte stores and loads are atomic, the writer's stores (odd seq, slot data, even seq)
 become visible in program order, and the reader's loads (s1, slot data, s2) happen in program order.
-If any load in step 2 saw a byte of a later write, the odd ``seq`` store that preceded that write is
-visible to the later load of ``s2``, so ``s2 != s1``. A writer that died between 2 and 4 leaves
-``seq`` odd; the next writer restarts from ``prev = seq & ~1``.
+If any load in step 2 saw a byte of a later write *to that slot* (version ``v + 2`` or later), the
+odd ``seq = 2v + 3`` store that preceded that write is visible to the later load of ``s2``, so
+``s2 >= s1 + 3``. (The CUDA-IPC reader loads ``s2`` after its device copy has completed, and the
+writer enqueues its copy of ``v + 2`` only after storing ``2v + 3``: the same argument holds.)
+A writer that died between 2 and 4 leaves ``seq`` odd; the next writer restarts from ``prev = seq & ~1``.
 """
 
 from __future__ import annotations
@@ -214,6 +218,10 @@ class SeqlockVersions:
     def loaded_version(self) -> int:
         """Version last loaded into the caller's tensors (0 = nothing yet)."""
         return self._loaded
+
+    def _overwritten(self, seq: int) -> bool:
+        """Whether, since ``seq`` (even) was loaded, the writer began rewriting that version's slot."""
+        return self._channel.load_seq() >= seq + 3
 
     def published_version(self) -> int:
         """Latest completed version (peek; loads nothing)."""
