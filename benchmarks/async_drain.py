@@ -1,6 +1,10 @@
-"""Drain cost of the asynchronous learner: host ring(s) -> (pinned staging -> device) -> replay buffer.
+"""Drain cost of the asynchronous learner: ring(s) -> replay buffer, through the learner's ``Ingestor``.
 
 Usage: uv run --frozen python benchmarks/async_drain.py [--device cuda] [--envs 256 2048] [--rings 1 4]
+       [--transport host|ipc|both]
+
+``host``: shared-memory rings, drained through pinned staging and one H2D per field (or straight into a
+CPU replay). ``ipc``: CUDA-IPC rings (slots already on the learner's GPU), drained device to device.
 
 For each env count and ring count it fills the rings with ``--slots`` slots (a run of slots, as the
 learner drains them), then times ``Ingestor.drain`` + the copy-stream event wait, and prints ms per
@@ -18,7 +22,7 @@ import torch
 
 from fastsac_async import Ingestor
 from fastsac_core import ReplayBuffer
-from shm_transport import HostRing, transition_layout
+from shm_transport import CudaIpcRing, HostRing, RingCursors, transition_layout
 
 
 def _machine() -> str:
@@ -28,15 +32,25 @@ def _machine() -> str:
 
 
 def bench(
-    envs: int, rings: int, slots: int, repeats: int, device: str, obs: int, act: int
+    envs: int, rings: int, slots: int, repeats: int, device: str, obs: int, act: int, transport: str
 ) -> tuple[float, float]:
     """Median ms per batch and per run of ``slots`` batches."""
     width = envs // rings
     layout = transition_layout(width, obs, obs, act)
-    host = [HostRing.create(layout, slots) for _ in range(rings)]
+    cursors: list[RingCursors] = []
+    consumers: list[CudaIpcRing] = []
+    host: list[HostRing] = []
+    producers: list[HostRing] | list[CudaIpcRing]
+    if transport == "ipc":
+        cursors = [RingCursors.create(slots) for _ in range(rings)]
+        consumers = [CudaIpcRing.create_consumer(layout, slots, device, c.handle) for c in cursors]
+        producers = [CudaIpcRing.attach_producer(c.producer_handle()) for c in consumers]
+    else:
+        host = [HostRing.create(layout, slots) for _ in range(rings)]
+        producers = host
     try:
         buffer = ReplayBuffer(envs, 256, obs, obs, act, device=device)
-        ing = Ingestor(host, buffer, max_ingest_per_iter=slots)
+        ing = Ingestor(consumers or host, buffer, max_ingest_per_iter=slots)  # type: ignore[arg-type]
         flag = torch.zeros(width, dtype=torch.bool)
         fields = {
             "obs": torch.randn(width, obs), "critic_obs": torch.randn(width, obs),
@@ -45,9 +59,11 @@ def bench(
         }  # fmt: skip
         times = []
         for i in range(repeats + 2):
-            for ring in host:
+            for ring in producers:
                 for _ in range(slots):
                     assert ring.push(fields)
+                if isinstance(ring, CudaIpcRing):
+                    ring.flush()  # the collector's H2D pushes are not part of the drain
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             start = time.perf_counter()
@@ -63,9 +79,14 @@ def bench(
         run_ms = 1e3 * times[len(times) // 2]
         return run_ms / slots, run_ms
     finally:
+        for ring in producers:
+            ring.close()  # CUDA-IPC: producer first (Note [CUDA-IPC teardown order])
         for ring in host:
-            ring.close()
             ring.unlink()
+        for consumer, cursor in zip(consumers, cursors, strict=True):
+            consumer.close()
+            cursor.close()
+            cursor.unlink()
 
 
 def main() -> None:
@@ -78,15 +99,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--obs", type=int, default=348)
     parser.add_argument("--act", type=int, default=17)
+    parser.add_argument("--transport", choices=["host", "ipc", "both"], default="both")
     args = parser.parse_args()
+    transports = ["host", "ipc"] if args.transport == "both" else [args.transport]
+    if not args.device.startswith("cuda"):
+        transports = ["host"]
     print(
         f"machine: {_machine()}; device {args.device}; obs {args.obs}, act {args.act}, {args.slots}-slot runs"
     )
-    print(f"{'envs':>6} {'rings':>5} {'ms/batch':>9} {'ms/run':>8}")
-    for envs in args.envs:
-        for rings in args.rings:
-            per_batch, per_run = bench(envs, rings, args.slots, args.repeats, args.device, args.obs, args.act)
-            print(f"{envs:>6} {rings:>5} {per_batch:>9.3f} {per_run:>8.3f}")
+    print(f"{'transport':>9} {'envs':>6} {'rings':>5} {'ms/batch':>9} {'ms/run':>8} {'MB/run':>7}")
+    for transport in transports:
+        for envs in args.envs:
+            for rings in args.rings:
+                per_batch, per_run = bench(
+                    envs, rings, args.slots, args.repeats, args.device, args.obs, args.act, transport
+                )
+                mb = args.slots * envs * (2 * args.obs + args.act + 3) * 4 / 1e6
+                print(f"{transport:>9} {envs:>6} {rings:>5} {per_batch:>9.3f} {per_run:>8.3f} {mb:>7.1f}")
 
 
 if __name__ == "__main__":
