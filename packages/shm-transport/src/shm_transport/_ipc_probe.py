@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -32,10 +33,26 @@ def cuda_ipc_available(device: torch.device | str | int) -> tuple[bool, str]:
     try:
         dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
         probe = torch.zeros(1, device=dev)
-        probe.untyped_storage()._share_cuda_()  # type: ignore[no-untyped-call]
+        shared = probe.untyped_storage()._share_cuda_()  # type: ignore[no-untyped-call]
     except (RuntimeError, AssertionError, ValueError) as error:
         return False, f"exporting a CUDA IPC handle on {device!r} failed: {error}"
+    _release_unreceived(shared)
     return True, "ok"
+
+
+def _release_unreceived(shared: tuple[object, ...]) -> None:
+    """Drop the reference count an export takes on behalf of a receiver that will never come.
+
+    Until every receiver releases it, torch keeps an exported block alive and, at exit, logs "Producer
+    process has been terminated before all shared CUDA tensors released" for it. The probe is never
+    received, so it releases its own count the way a receiver does (``torch.multiprocessing``'s
+    ``rebuild_cuda_tensor``). Best effort: if this private API changes, only that warning comes back.
+    """
+    ref_counter_handle, ref_counter_offset = shared[4], shared[5]
+    release = getattr(torch.UntypedStorage, "_release_ipc_counter_cuda", None)
+    if release is not None:
+        with contextlib.suppress(RuntimeError, TypeError):
+            release(ref_counter_handle, ref_counter_offset)
 
 
 def require_cuda_ipc(device: torch.device | str | int, what: str) -> None:
