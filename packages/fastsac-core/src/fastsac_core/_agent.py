@@ -36,6 +36,28 @@ __all__ = ["FastSACAgent", "UpdateNoise", "build_actor", "sync_normalizers"]
 log = logging.getLogger(__name__)
 
 
+_PROFILER_NOTICE_LOGGER = "torch._dynamo.variables.ctx_manager"
+
+
+class _DropProfilerNotice(logging.Filter):
+    """Drops dynamo's "Profiler record function ... will be ignored" notice (the optimizers' ranges)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Profiler record function")
+
+
+def quiet_compile_notices() -> None:
+    """Keep dynamo's notice about the optimizers' profiler ranges off the console (idempotent).
+
+    ``torch.optim`` wraps ``step`` and ``zero_grad`` in ``record_function``; compiling them makes dynamo
+    log, once per process at WARNING, that those ranges are not traced. It says nothing about the run
+    and would land in the middle of the live console.
+    """
+    logger = logging.getLogger(_PROFILER_NOTICE_LOGGER)
+    if not any(isinstance(f, _DropProfilerNotice) for f in logger.filters):
+        logger.addFilter(_DropProfilerNotice())
+
+
 class UpdateNoise(NamedTuple):
     """Standard-normal noise of one ``update`` call (rows match the sampled batch)."""
 
@@ -182,6 +204,7 @@ class FastSACAgent:
         critic: Callable[..., Any] = self._critic_step if self._whole_steps else self._critic_backward
         actor: Callable[..., Any] = self._actor_step if self._whole_steps else self._actor_backward
         if compile_steps:
+            quiet_compile_notices()
             mode = "reduce-overhead" if self._cudagraphs else None
             critic, actor = torch.compile(critic, mode=mode), torch.compile(actor, mode=mode)
         return critic, actor
