@@ -17,6 +17,7 @@ from torch import Tensor
 
 from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
 from fastsac_async.ingest import Ingestor
+from fastsac_async.publisher import DeferredPublisher
 from fastsac_async.stats import LEARNER_STAGES, LearnerSnapshot, StageTimer
 from fastsac_core import FastSACAgent, save_checkpoint, sync_normalizers
 from shm_transport import TransitionRing, WeightWriter
@@ -100,7 +101,7 @@ class Learner:
         self.ingestor = Ingestor(rings, agent.buffer, settings.max_ingest_per_iter)
         self.cadence = PublishCadence(settings.weight_publish_interval)
         self.timer = StageTimer(LEARNER_STAGES)
-        self.version = 0
+        self.publisher = DeferredPublisher(writers, agent.device)
         self.gstep = 0
         self.updates = 0
         self.last_metrics: dict[str, Tensor] = {}
@@ -120,22 +121,40 @@ class Learner:
             ingested = self.ingestor.drain()
         return ingested
 
-    def publish(self) -> int:
-        """Publish the actor and normalizer to every collector of this rank; returns the version."""
+    @property
+    def version(self) -> int:
+        """Version last handed to this rank's collectors."""
+        return self.publisher.version
+
+    def publish(self, *, wait: bool = False) -> int:
+        """Snapshot the actor and normalizer for every collector of this rank; returns the version.
+
+        On a GPU the snapshot reaches the writers once the updates before it have run (Note [Deferred
+        publish]): at a later ``finish_publish`` or ``publish`` call, or now with ``wait=True``. The
+        returned version is the last one handed over.
+        """
         with self.timer.time("publish"):
+            self.publisher.finish(block=True)  # the previous snapshot still reads self._flat
             if self.agent.world_size > 1:
                 sync_normalizers(self.agent, self.group)
             flat = self.agent.flatten_actor_params(self._flat)
-            extras = self.agent.policy_extras()
-            for writer in self.writers:
-                self.version = writer.publish(flat, extras)
+            self.publisher.begin(flat, self.agent.policy_extras())
+            if wait:
+                self.publisher.finish(block=True)
         return self.version
+
+    def finish_publish(self, *, block: bool = False) -> None:
+        """Hand a pending snapshot to the writers if it has landed (or wait for it with ``block``)."""
+        if self.publisher.pending:
+            with self.timer.time("publish"):
+                self.publisher.finish(block=block)
 
     def _train(self, decision: Decision) -> None:
         for chunk in split_chunks(decision.run_updates, self.settings.num_updates):
             self.ingestor.wait_before_sampling()
             with self.timer.time("update"):
                 self.last_metrics = self.agent.update(chunk)
+            self.finish_publish()  # the previous snapshot, if the GPU got past it (never waits)
             self.updates += chunk
             self._window_updates += chunk
             if self.cadence.after(chunk):
@@ -172,6 +191,8 @@ class Learner:
             self.hooks.on_progress(self.gstep, self.updates)
             self._maybe_checkpoint()
         self.stopped = decision.stop
+        if self.stopped:
+            self.finish_publish(block=True)
         self._maybe_report()
         return not self.stopped
 

@@ -294,7 +294,7 @@ def run_learner(
                 process_group=None,
             )
             learner.gstep = start_gstep
-            learner.publish()
+            learner.publish(wait=True)
             handshake.report_ready(name)
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
