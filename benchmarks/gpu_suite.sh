@@ -2,7 +2,7 @@
 # The GPU half of the test suite and the GPU benchmarks, in one call on the device machine:
 #   source .devrun/env.sh && bash benchmarks/gpu_suite.sh [tests|bench|scaling|all]
 # Logs land under $OUT (or /tmp/gpu_suite); each step's tail is printed. Step caps can be lowered with
-# TESTS_TIMEOUT, TRANSPORT_TIMEOUT, DRAIN_TIMEOUT (seconds); SKIP_LEARNER=1 leaves out the learner step.
+# TESTS_TIMEOUT (per test group), TRANSPORT_TIMEOUT, DRAIN_TIMEOUT (seconds); SKIP_LEARNER=1 leaves out the learner step.
 set -uo pipefail
 out=${OUT:-/tmp/gpu_suite}
 mkdir -p "$out"
@@ -21,9 +21,24 @@ step() {  # name, then the command
   tail -n 25 "$out/$name.log"
 }
 if [[ $what == tests || $what == all ]]; then
-  # Per-test timeout and an overall cap: a hang must not eat the whole device lease.
-  step gpu_tests timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 --tb=short \
-    -o addopts="--import-mode=importlib -ra" packages apps tests
+  # Four pytest processes at once, one per package group, each on its own CPUs and with its own log:
+  # a failure's traceback survives a hang elsewhere, and the whole suite takes about a minute.
+  # Per-test timeout plus a cap per group: a hang must not eat the device lease.
+  cap=${TESTS_TIMEOUT:-240}
+  group() {  # name, cpus, pytest args...
+    local name=$1 cpus=$2; shift 2
+    timeout "$cap" taskset -c "$cpus" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
+      --tb=long -rA -o addopts="--import-mode=importlib" "$@" > "$out/tests_$name.log" 2>&1
+    echo "--- tests_$name rc=$?"
+  }
+  last=$(( $(nproc) - 1 )); q=$(( (last + 1) / 4 ))
+  cpus() { if (( q > 0 )); then echo "$(( $1 * q ))-$(( $1 == 3 ? last : ($1 + 1) * q - 1 ))"; else echo "0-$last"; fi; }
+  group core "$(cpus 0)" packages/fastsac-core/tests &
+  group transport "$(cpus 1)" packages/shm-transport/tests &
+  group async "$(cpus 2)" packages/fastsac-async/tests &
+  group rest "$(cpus 3)" packages/numa-bind packages/topology apps tests &
+  wait
+  grep -h -E "^(PASSED|FAILED|ERROR) |[0-9]+ (passed|failed)" "$out"/tests_*.log
 fi
 if [[ $what == bench || $what == all ]]; then
   [[ ${SKIP_LEARNER:-0} == 1 ]] || step learner timeout 240 python3 benchmarks/learner_updates.py --device cuda --batch-sizes 8192 1024
@@ -33,5 +48,5 @@ fi
 if [[ $what == scaling || $what == all ]]; then
   # Emulate the 16-core machine: every process of the benchmark stays on CPUs 0-15.
   step scaling timeout 400 taskset -c 0-15 python3 benchmarks/async_scaling.py --device cuda \
-    --collectors 1 2 4 8 14 --seconds 12
+    --collectors 1 2 4 8 14 --seconds 20
 fi
