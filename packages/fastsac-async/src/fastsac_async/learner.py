@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
+from fastsac_async.device_timing import DeviceSpanTimer
 from fastsac_async.ingest import Ingestor
 from fastsac_async.publisher import DeferredPublisher
 from fastsac_async.stats import LEARNER_STAGES, LearnerSnapshot, StageTimer
@@ -101,6 +102,7 @@ class Learner:
         self.ingestor = Ingestor(rings, agent.buffer, settings.max_ingest_per_iter)
         self.cadence = PublishCadence(settings.weight_publish_interval)
         self.timer = StageTimer(LEARNER_STAGES)
+        self.device_timer = DeviceSpanTimer(agent.device)
         self.publisher = DeferredPublisher(writers, agent.device)
         self.gstep = 0
         self.updates = 0
@@ -152,7 +154,7 @@ class Learner:
     def _train(self, decision: Decision) -> None:
         for chunk in split_chunks(decision.run_updates, self.settings.num_updates):
             self.ingestor.wait_before_sampling()
-            with self.timer.time("update"):
+            with self.timer.time("update"), self.device_timer.span():
                 self.last_metrics = self.agent.update(chunk)
             self.finish_publish()  # the previous snapshot, if the GPU got past it (never waits)
             self.updates += chunk
@@ -232,7 +234,7 @@ class Learner:
             global_step=self.gstep,
             updates=self.updates,
             updates_per_s=self._window_updates / wall,
-            learn_pct=100.0 * self.timer.total_s("update") / wall,
+            learn_pct=min(100.0, 100.0 * self._update_seconds() / wall),
             buffer_size=self.agent.buffer.num_stored,
             timing_ms=self.timer.means_ms(),
             metrics=metrics,
@@ -243,6 +245,12 @@ class Learner:
         self._window_updates = 0
         self.timer.reset()
         return snap
+
+    def _update_seconds(self) -> float:
+        """Time in updates this window: on the GPU itself for a CUDA learner, else the host's."""
+        if self.device_timer.enabled:
+            return self.device_timer.collect()
+        return self.timer.total_s("update")
 
     def _maybe_report(self) -> None:
         interval = max(1, self.settings.logging_interval)
