@@ -4,9 +4,9 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
        [--envs-per-collector 32]
        [--seconds 20] [--task Humanoid-v5] [--device cuda] [--parts scaling learner inference]
 
-* scaling: env steps/s of N collectors (Humanoid-v5 by default) with one learner that drains and
-  runs one small update per gstep (learner_bound, tiny networks), measured over ``--seconds`` after
-  boot, with the learner's learn_pct.
+* scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
+  on ``--device`` (two CPUs of its own) that drains and runs one small update per gstep (learner_bound,
+  tiny networks), measured over ``--seconds`` after boot, with the learner's learn_pct.
 * learner: updates/s of ``FastSACAgent.update`` alone against the same loop draining a full host
   ring between updates (the ingest overhead).
 * inference: ms per collector policy call on CPU and on CUDA for the per-collector batch of
@@ -25,9 +25,10 @@ from pathlib import Path
 import torch
 
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, Ingestor, run_engine
-from fastsac_async.testing import cpu_topology
 from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy
+from numa_bind import discover_host
 from shm_transport import HostRing, transition_layout
+from topology import TrainerTopology, resolve_trainer_topology
 from trainer.tasks import MujocoEnvFactory, probe_dims
 
 
@@ -36,8 +37,24 @@ def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {gpu}, torch {torch.__version__}"
 
 
-def scaling(task: str, collectors: int, envs: int, seconds: float) -> tuple[float, float]:
-    """(env steps/s, learner learn_pct) of ``collectors`` collectors on CPU."""
+def _pinned_topology(envs: int, collectors: int, device: str) -> TrainerTopology:
+    """The production layout: one pinned CPU per collector, the learner on ``device`` with up to 2 others."""
+    cpus_per_learner = min(2, max(1, len(os.sched_getaffinity(0)) - collectors))
+    return resolve_trainer_topology(
+        num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs, trainer_device=device,
+        learner_devices=None, num_cuda_devices=torch.cuda.device_count() if device.startswith("cuda") else 0,
+        collector_inference_device="cpu", cpus_per_collector=1, cpus_per_learner=cpus_per_learner,
+        transition_ipc="off", weight_ipc="off", weight_ipc_min_bytes=1 << 24, actor_param_bytes=0,
+        host=discover_host(with_gpus=device.startswith("cuda")),
+    )  # fmt: skip
+
+
+def scaling(task: str, collectors: int, envs: int, seconds: float, device: str) -> tuple[float, float]:
+    """(env steps/s, learner learn_pct) of ``collectors`` pinned CPU collectors and a learner on ``device``.
+
+    Each collector has a CPU of its own and the learner up to two others (``cpus_per_collector=1``), as in
+    a real run: an unpinned learner would compete with the collectors for their cores.
+    """
     factory = MujocoEnvFactory(env_id=task)
     agent = FastSACConfig(
         actor_hidden_dim=64, critic_hidden_dim=64, num_atoms=11, batch_size=envs, buffer_size=16,
@@ -46,7 +63,7 @@ def scaling(task: str, collectors: int, envs: int, seconds: float) -> tuple[floa
     ticks: list[EngineStats] = []
     with tempfile.TemporaryDirectory(prefix="async_scaling_") as run_dir:
         spec = EngineSpec(
-            topology=cpu_topology(num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs),
+            topology=_pinned_topology(envs, collectors, device),
             env_factory=factory, dims=probe_dims(factory), agent=agent,
             options=AsyncOptions(num_collectors=collectors, utd_mode="learner_bound",
                                  collector_inference_device="cpu", ring_capacity=8),
@@ -129,11 +146,12 @@ def main() -> None:
     print(f"machine: {_machine()}")
     if "scaling" in args.parts:
         per = args.envs_per_collector
-        print(f"\n{args.task}, {per} envs per collector, CPU collectors, {args.seconds:g} s each")
+        print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
+              f"{args.seconds:g} s each")  # fmt: skip
         print(f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}")
         base = None
         for n in args.collectors:
-            rate, learn = scaling(args.task, n, per * n, args.seconds)
+            rate, learn = scaling(args.task, n, per * n, args.seconds, args.device)
             base = base or rate
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f}")
     if "learner" in args.parts:
