@@ -38,7 +38,7 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int) 
     assert result.collector_steps == [40, 40]
     assert result.global_step == 40
     assert result.updates == 2 * (40 - 3 + 1)
-    assert not result.stopped_early
+    assert not result.stopped_early and result.stop_reason == "completed"
     assert ticks, "learner 0 reported"
     last = ticks[-1]
     assert max(s.weight_version for s in last.collectors.values()) > 0
@@ -48,6 +48,15 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int) 
     assert result.last_checkpoint is not None
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
     assert extra["collector_steps"] == [40, 40] and extra["iteration"] == 40
+
+
+@pytest.mark.slow
+def test_time_limit_stops_the_run_and_says_so(tmp_path: Path) -> None:
+    """time_limit_s ends an unbounded run early, with stop_reason "time_limit" and a final checkpoint."""
+    spec = dataclasses.replace(_spec(tmp_path, 1, 1, 10**9), time_limit_s=2.0)
+    result = run_engine(spec)
+    assert result.stopped_early and result.stop_reason == "time_limit"
+    assert 0 < result.global_step < 10**9 and result.last_checkpoint is not None
 
 
 @pytest.mark.slow

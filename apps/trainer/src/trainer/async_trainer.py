@@ -61,7 +61,7 @@ class AsyncResult:
     last_checkpoint: Path | None
     """The last checkpoint written."""
     stop_reason: str
-    """``completed`` or ``stop_requested`` (Ctrl+C, should_stop, time limit)."""
+    """``completed``, ``time_limit`` or ``stop_requested`` (Ctrl+C, should_stop)."""
 
 
 def resolve_topology(plan: RunPlan) -> TrainerTopology:
@@ -178,5 +178,5 @@ def run_async(
         updates=result.updates,
         collector_steps=result.collector_steps,
         last_checkpoint=Path(result.last_checkpoint) if result.last_checkpoint else None,
-        stop_reason="stop_requested" if result.stopped_early else "completed",
+        stop_reason=result.stop_reason,
     )

@@ -26,7 +26,7 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fastsac_async.control import Control
 from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, WorkerFailed
@@ -85,6 +85,8 @@ class EngineResult:
     """Updates run by learner 0."""
     stopped_early: bool
     """A stop was requested (Ctrl+C, should_stop, time limit) before the budget was reached."""
+    stop_reason: Literal["completed", "time_limit", "stop_requested"] = "completed"
+    """Why it ended: the budget was reached, ``time_limit_s`` passed, or a stop was asked for."""
     last_checkpoint: str | None = None
     """The last checkpoint written."""
     elapsed_s: float = 0.0
@@ -297,6 +299,7 @@ class AsyncEngine:
         collectors: dict[int, CollectorSnapshot] = {}
         last_checkpoint: str | None = None
         stopped_early = False
+        stop_reason: Literal["completed", "time_limit", "stop_requested"] = "completed"
         while True:
             sup.wait(0.05)
             for exit_ in sup.new_exits():
@@ -326,7 +329,8 @@ class AsyncEngine:
                 break
             over_time = spec.time_limit_s is not None and time.monotonic() - start > spec.time_limit_s
             if not control.stop_requested and (over_time or should_stop()):
-                _log.info("stop requested; learners finish with a checkpoint")
+                stop_reason = "time_limit" if over_time else "stop_requested"
+                _log.info("%s; learners finish with a checkpoint", stop_reason.replace("_", " "))
                 control.request_stop()
                 stopped_early = True
         return EngineResult(
@@ -334,6 +338,7 @@ class AsyncEngine:
             collector_steps=control.all_collector_steps(),
             updates=control.updates,
             stopped_early=stopped_early,
+            stop_reason=stop_reason,
             last_checkpoint=last_checkpoint,
             elapsed_s=time.monotonic() - start,
         )
