@@ -2,13 +2,15 @@
 # The headline run on a 2-GPU machine: the asynchronous trainer (GPU 0, CPUs 0-15) beside the synchronous
 # trainer (GPU 1, CPUs 16-31), Humanoid-v5, 500 s of training each, then return-vs-wall-clock tables.
 # On the device machine: source .devrun/env.sh && bash benchmarks/headline.sh   (figures: wiki/benchmarks.md)
+# ASYNC_EXTRA adds overrides to the async run only, e.g. to compare collector inference on the CPU:
+#   ASYNC_EXTRA="algo.trainer.async_options.collector_inference_device=cpu" bash benchmarks/headline.sh
 set -u
 OUT=${OUT:-/tmp/headline}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 root=$PWD; cd /tmp
 start=$(date +%s.%N)
 common="task=humanoid task.num_envs=448 algo.agent.batch_size=7168 algo.trainer.time_limit_s=500 console=plain runs_root=/tmp/runs"
-CUDA_VISIBLE_DEVICES=0 timeout 585 taskset -c 0-15 python3 $root/apps/trainer $common run_name=async algo.trainer.async_options.num_collectors=14 algo.trainer.async_options.cpus_per_collector=1 algo.trainer.logging_interval=40 > $OUT/async_console.log 2>&1 &
+CUDA_VISIBLE_DEVICES=0 timeout 585 taskset -c 0-15 python3 $root/apps/trainer $common run_name=async algo.trainer.async_options.num_collectors=14 algo.trainer.async_options.cpus_per_collector=1 algo.trainer.logging_interval=40 ${ASYNC_EXTRA:-} > $OUT/async_console.log 2>&1 &
 CUDA_VISIBLE_DEVICES=1 timeout 585 taskset -c 16-31 python3 $root/apps/trainer $common run_name=sync algo.trainer.asynchronous=false algo.trainer.logging_interval=4 > $OUT/sync_console.log 2>&1 &
 wait
 end=$(date +%s.%N)
