@@ -21,6 +21,7 @@ from fastsac_async import (
     EngineResult,
     EngineSpec,
     EngineStats,
+    StopReason,
     WorkerFailed,
     run_engine,
 )
@@ -60,7 +61,7 @@ class AsyncResult:
     """Steps of every collector."""
     last_checkpoint: Path | None
     """The last checkpoint written."""
-    stop_reason: str
+    stop_reason: StopReason
     """``completed``, ``time_limit`` or ``stop_requested`` (Ctrl+C, should_stop)."""
 
 

@@ -23,12 +23,12 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from fastsac_async import StopReason
 from fastsac_core import CheckpointError, FastSACAgent, load_checkpoint, save_checkpoint
 from fastsac_core.env import BatchedEnv
 from trainer._episode_stats import EpisodeStats
@@ -39,7 +39,6 @@ __all__ = ["SyncResult", "run_sync"]
 
 log = logging.getLogger(__name__)
 
-StopReason = Literal["completed", "time_limit", "stop_requested"]
 _STAGES = ("inference", "env_step", "ingest", "update")
 
 

@@ -11,7 +11,7 @@ from fastsac_async.collector import Collector, CollectorSettings
 from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
 from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
-from fastsac_async.engine import AsyncEngine, EngineResult, EngineStats, run_engine
+from fastsac_async.engine import AsyncEngine, EngineResult, EngineStats, StopReason, run_engine
 from fastsac_async.exceptions import AsyncConfigError, AsyncEngineError, BootTimeoutError, WorkerFailed
 from fastsac_async.ingest import Ingestor, RingReader
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
@@ -31,6 +31,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "AsyncEngine",
     "AsyncOptions",
     "EngineResult",
+    "StopReason",
     "EngineSpec",
     "EngineStats",
     "run_engine",

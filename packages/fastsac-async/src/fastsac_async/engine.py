@@ -46,7 +46,7 @@ from shm_transport import (
     transition_layout,
 )
 
-__all__ = ["AsyncEngine", "EngineResult", "EngineStats", "run_engine"]
+__all__ = ["AsyncEngine", "EngineResult", "EngineStats", "StopReason", "run_engine"]
 
 _log = logging.getLogger(__name__)
 
@@ -73,6 +73,10 @@ class EngineStats:
     """A checkpoint written since the last tick."""
 
 
+StopReason = Literal["completed", "time_limit", "stop_requested"]
+"""Why a run ended: its budget was reached, ``time_limit_s`` passed, or a stop was asked for."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineResult:
     """How a run ended."""
@@ -85,7 +89,7 @@ class EngineResult:
     """Updates run by learner 0."""
     stopped_early: bool
     """A stop was requested (Ctrl+C, should_stop, time limit) before the budget was reached."""
-    stop_reason: Literal["completed", "time_limit", "stop_requested"] = "completed"
+    stop_reason: StopReason = "completed"
     """Why it ended: the budget was reached, ``time_limit_s`` passed, or a stop was asked for."""
     last_checkpoint: str | None = None
     """The last checkpoint written."""
@@ -299,7 +303,7 @@ class AsyncEngine:
         collectors: dict[int, CollectorSnapshot] = {}
         last_checkpoint: str | None = None
         stopped_early = False
-        stop_reason: Literal["completed", "time_limit", "stop_requested"] = "completed"
+        stop_reason: StopReason = "completed"
         while True:
             sup.wait(0.05)
             for exit_ in sup.new_exits():

@@ -94,7 +94,6 @@ class Learner:
     ) -> None:
         self.rank = rank
         self.agent = agent
-        self.writers = list(writers)
         self.decider = decider
         self.settings = settings
         self.hooks = hooks
