@@ -2,13 +2,14 @@
 
 Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 14] [--envs 1024]
        [--envs-per-collector 32]
-       [--seconds 20] [--task Humanoid-v5] [--device cuda] [--parts scaling learner inference]
+       [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
+       [--parts scaling learner inference]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that drains and runs one small update per gstep (learner_bound,
   tiny networks), measured over ``--seconds`` after boot, with the learner's learn_pct.
-* learner: updates/s of ``FastSACAgent.update`` alone against the same loop draining a full host
-  ring between updates (the ingest overhead).
+* learner: updates/s of ``FastSACAgent.update`` chunks alone against the same loop draining a host ring
+  before every chunk while a producer process keeps it full (the ingest overhead).
 * inference: ms per collector policy call on CPU and on CUDA for the per-collector batch of
   1..N collectors (to choose ``collector_inference_device``).
 """
@@ -16,18 +17,21 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import platform
 import tempfile
 import time
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 import torch
 
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, Ingestor, run_engine
-from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy
+from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
 from numa_bind import discover_host
-from shm_transport import HostRing, transition_layout
+from shm_transport import HostRing, HostRingHandle, transition_layout
 from topology import TrainerTopology, resolve_trainer_topology
 from trainer.tasks import MujocoEnvFactory, probe_dims
 
@@ -49,8 +53,12 @@ def _pinned_topology(envs: int, collectors: int, device: str) -> TrainerTopology
     )  # fmt: skip
 
 
-def scaling(task: str, collectors: int, envs: int, seconds: float, device: str) -> tuple[float, float]:
-    """(env steps/s, learner learn_pct) of ``collectors`` pinned CPU collectors and a learner on ``device``.
+def scaling(
+    task: str, collectors: int, envs: int, seconds: float, device: str
+) -> tuple[float, float, dict[str, float]]:
+    """Env steps/s, learner learn_pct and collector ms per step by stage, N pinned collectors.
+
+    ``collectors`` pinned CPU collectors and a learner on ``device``.
 
     Each collector has a CPU of its own and the learner up to two others (``cpus_per_collector=1``), as in
     a real run: an unpinned learner would compete with the collectors for their cores.
@@ -74,47 +82,87 @@ def scaling(task: str, collectors: int, envs: int, seconds: float, device: str) 
     late = [t for t in ticks if t.elapsed_s > seconds / 3] or ticks
     rate = sum(t.summary.steps_per_s for t in late) / max(1, len(late))
     learn = sum(t.learners[0].learn_pct for t in late) / max(1, len(late))
-    return rate, learn
+    stages = sorted({k for t in late for k in t.summary.timing_ms})
+    timing = {k: sum(t.summary.timing_ms.get(k, 0.0) for t in late) / len(late) for k in stages}
+    return rate, learn, timing
 
 
-def learner_overhead(device: str, envs: int, updates: int) -> tuple[float, float]:
-    """(updates/s without ingest, updates/s draining one full ring between updates)."""
+def _produce(handle: HostRingHandle, envs: int, dims: EnvDims, stop: EventType) -> None:
+    """A collector stand-in: pushes one slot whenever the ring has room, until ``stop`` is set."""
+    torch.set_num_threads(1)
+    ring = HostRing.attach(handle)
+    fields = _fields(envs, dims)
+    try:
+        while not stop.is_set():
+            if not ring.push(fields):
+                time.sleep(1e-4)
+    finally:
+        ring.close()
+
+
+def _fields(envs: int, dims: EnvDims) -> dict[str, torch.Tensor]:
+    return {
+        "obs": torch.randn(envs, dims.obs_dim), "critic_obs": torch.randn(envs, dims.critic_obs_dim),
+        "actions": torch.rand(envs, dims.act_dim) - 0.5, "rewards": torch.randn(envs),
+        "dones": torch.zeros(envs, dtype=torch.bool), "truncations": torch.zeros(envs, dtype=torch.bool),
+    }  # fmt: skip
+
+
+def learner_overhead(device: str, envs: int, seconds: float) -> tuple[float, float, float]:
+    """(updates/s without ingest, updates/s with ingest, slots ingested per update chunk).
+
+    The learner's own loop shape: update chunks of ``num_updates`` (the recipe's 8), with a drain of
+    whatever the ring holds (up to 8 slots) before each chunk in the second phase, while a spawned
+    process keeps that host ring full, i.e. collectors faster than the learner (the worst case for
+    ingest: at most one new slot per update, about 8 times a real run's ratio at the recipe's UTD).
+    """
     dims = probe_dims(MujocoEnvFactory(env_id="Humanoid-v5"))
     cfg = FastSACConfig(batch_size=envs * 4, buffer_size=64)
     agent = FastSACAgent(dims, cfg, device, num_envs=envs)
-    layout = transition_layout(envs, dims.obs_dim, dims.critic_obs_dim, dims.act_dim)
-    ring = HostRing.create(layout, 8)
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    producer: BaseProcess | None = None
+    ring = HostRing.create(transition_layout(envs, dims.obs_dim, dims.critic_obs_dim, dims.act_dim), 8)
     try:
+        producer = ctx.Process(target=_produce, args=(ring.handle, envs, dims, stop), daemon=True)
         ing = Ingestor([ring], agent.buffer, 8)
-        fields = {
-            "obs": torch.randn(envs, dims.obs_dim), "critic_obs": torch.randn(envs, dims.critic_obs_dim),
-            "actions": torch.rand(envs, dims.act_dim) - 0.5, "rewards": torch.randn(envs),
-            "dones": torch.zeros(envs, dtype=torch.bool), "truncations": torch.zeros(envs, dtype=torch.bool),
-        }  # fmt: skip
+        fields = _fields(envs, dims)
         for _ in range(8):
             ring.push(fields)
         ing.drain()
-        for _ in range(5):  # compile and CUDA-graph capture happen over the first calls: keep them out
-            agent.update(1)
-        rates = []
+        ing.wait_before_sampling()
+        for _ in range(3):  # compile and CUDA-graph capture happen over the first calls: keep them out
+            agent.update(cfg.num_updates)
+        producer.start()
+        rates, slots, chunks = [], 0, 0
         for ingest in (False, True):
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+            _sync(device)
             start = time.perf_counter()
-            for _ in range(updates):
+            updates = 0
+            while time.perf_counter() - start < seconds:
                 if ingest:
-                    while ring.push(fields):
-                        pass
-                    ing.drain()
+                    slots += ing.drain()
                     ing.wait_before_sampling()
-                agent.update(1)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+                    chunks += 1
+                agent.update(cfg.num_updates)
+                updates += cfg.num_updates
+            _sync(device)
             rates.append(updates / (time.perf_counter() - start))
-        return rates[0], rates[1]
+        return rates[0], rates[1], slots / max(1, chunks)
     finally:
+        stop.set()
+        if producer is not None and producer.pid is not None:
+            producer.join(10)
+            if producer.is_alive():
+                producer.kill()
+                producer.join(5)
         ring.close()
         ring.unlink()
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def inference_ms(device: str, batch: int, calls: int = 50) -> float:
@@ -140,7 +188,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--task", default="Humanoid-v5")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--updates", type=int, default=50)
+    parser.add_argument("--learner-seconds", type=float, default=10.0, help="each phase of the learner part")
     parser.add_argument("--parts", nargs="+", default=["scaling", "learner", "inference"])
     args = parser.parse_args()
     print(f"machine: {_machine()}")
@@ -148,16 +196,18 @@ def main() -> None:
         per = args.envs_per_collector
         print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
-        print(f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}")
+        print(f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}  collector ms per step")
         base = None
         for n in args.collectors:
-            rate, learn = scaling(args.task, n, per * n, args.seconds, args.device)
+            rate, learn, timing = scaling(args.task, n, per * n, args.seconds, args.device)
             base = base or rate
-            print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f}")
+            stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
+            print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f}  {stages}")
     if "learner" in args.parts:
-        plain, ingesting = learner_overhead(args.device, args.envs, args.updates)
-        print(f"\nlearner on {args.device}, {args.envs} envs: updates/s without ingest {plain:.1f}, "
-              f"while ingesting {ingesting:.1f} ({100 * ingesting / plain:.0f} %)")  # fmt: skip
+        plain, ingesting, per_chunk = learner_overhead(args.device, args.envs, args.learner_seconds)
+        print(f"\nlearner on {args.device}, {args.envs} envs, chunks of 8 updates: updates/s without ingest "
+              f"{plain:.1f}, while a producer process keeps its host ring full {ingesting:.1f} "
+              f"({100 * ingesting / plain:.0f} %, {per_chunk:.1f} slots drained per chunk)")  # fmt: skip
     if "inference" in args.parts:
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
         print(f"\n{'collectors':>10} {'batch':>6} " + " ".join(f"{d + ' ms':>9}" for d in devices))

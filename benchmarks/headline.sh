@@ -4,20 +4,29 @@
 # On the device machine: source .devrun/env.sh && bash benchmarks/headline.sh   (figures: wiki/benchmarks.md)
 # ASYNC_EXTRA adds overrides to the async run only, e.g. to compare collector inference on the CPU:
 #   ASYNC_EXTRA="algo.trainer.async_options.collector_inference_device=cpu" bash benchmarks/headline.sh
+# SECOND_EXTRA set (even empty) makes the second run asynchronous too, with those overrides, in place of
+# the synchronous one: two asynchronous variants side by side. TIME_LIMIT (s, default 500) shortens both.
 set -u
 OUT=${OUT:-/tmp/headline}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 root=$PWD; cd /tmp
+limit=${TIME_LIMIT:-500}
 start=$(date +%s.%N)
-common="task=humanoid task.num_envs=448 algo.agent.batch_size=7168 algo.trainer.time_limit_s=500 console=plain runs_root=/tmp/runs"
-CUDA_VISIBLE_DEVICES=0 timeout 585 taskset -c 0-15 python3 $root/apps/trainer $common run_name=async algo.trainer.async_options.num_collectors=14 algo.trainer.async_options.cpus_per_collector=1 algo.trainer.logging_interval=40 ${ASYNC_EXTRA:-} > $OUT/async_console.log 2>&1 &
-CUDA_VISIBLE_DEVICES=1 timeout 585 taskset -c 16-31 python3 $root/apps/trainer $common run_name=sync algo.trainer.asynchronous=false algo.trainer.logging_interval=4 > $OUT/sync_console.log 2>&1 &
+common="task=humanoid task.num_envs=448 algo.agent.batch_size=7168 algo.trainer.time_limit_s=$limit console=plain runs_root=/tmp/runs"
+async="algo.trainer.async_options.num_collectors=14 algo.trainer.async_options.cpus_per_collector=1 algo.trainer.logging_interval=40"
+if [[ -v SECOND_EXTRA ]]; then
+  second="run_name=async2 $async $SECOND_EXTRA"; runs="async async2"
+else
+  second="run_name=sync algo.trainer.asynchronous=false algo.trainer.logging_interval=4"; runs="async sync"
+fi
+CUDA_VISIBLE_DEVICES=0 timeout $((limit + 85)) taskset -c 0-15 python3 $root/apps/trainer $common run_name=async $async ${ASYNC_EXTRA:-} > $OUT/async_console.log 2>&1 &
+CUDA_VISIBLE_DEVICES=1 timeout $((limit + 85)) taskset -c 16-31 python3 $root/apps/trainer $common $second > $OUT/${runs#* }_console.log 2>&1 &
 wait
 end=$(date +%s.%N)
 echo "wall: $(python3 -c "print(round($end-$start,1))") s"
-for r in async sync; do
+for r in $runs; do
   echo "=== $r"; python3 $root/benchmarks/return_curve.py /tmp/runs/$r --start-epoch $start --every 30 --num-envs 448 | tee $OUT/${r}_curve.txt
   tail -n 4 $OUT/${r}_console.log
+  tail -n 5 /tmp/runs/$r/logs/learner0.log > $OUT/${r}_learner_tail.log 2>&1
+  ls /tmp/runs/$r/async_errors 2>/dev/null
 done
-tail -n 5 /tmp/runs/async/logs/learner0.log > $OUT/async_learner_tail.log 2>&1
-ls /tmp/runs/async/async_errors /tmp/runs/sync/async_errors

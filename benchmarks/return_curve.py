@@ -3,12 +3,15 @@
     uv run --frozen python benchmarks/return_curve.py runs/<run> [--start-epoch EPOCH] [--every 30]
 
 ``--start-epoch`` is the Unix time the command was launched (so start-up counts); without it the
-first event's time is used. Prints a table: seconds, env steps, rollout/mean_return, env steps/s.
+first event's time is used. Prints a table: seconds, env steps, rollout/mean_return, env steps/s, and
+the learner's updates/s and learn_pct at the same logging tick; then the medians of those two over the
+run after its first minute (compile and warm-up excluded).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -32,20 +35,33 @@ def main() -> None:
     series = curve(args.run_dir)
     returns = series.get("rollout/mean_return", [])
     rates = {step: v for _, step, v in series.get("perf/env_steps_per_s", [])}
+    updates = {step: v for _, step, v in series.get("perf/updates_per_s", [])}
+    learn = {step: v for _, step, v in series.get("perf/learn_pct", [])}
     if not returns:
         print("no rollout/mean_return events")
         return
     start = args.start_epoch if args.start_epoch is not None else returns[0][0]
-    print(f"{'seconds':>8} {'iteration':>9} {'env steps':>10} {'mean return':>11} {'env steps/s':>11}")
+    print(
+        f"{'seconds':>8} {'iteration':>9} {'env steps':>10} {'mean return':>11} {'env steps/s':>11}"
+        f" {'updates/s':>9} {'learn %':>7}"
+    )
     next_row = 0.0
     best = max(v for _, _, v in returns)
     for wall, step, value in returns:
         t = wall - start
         if t >= next_row or (wall, step, value) == returns[-1]:
             steps = step * args.num_envs if args.num_envs else step
-            print(f"{t:>8.0f} {step:>9} {steps:>10} {value:>11.1f} {rates.get(step, float('nan')):>11.0f}")
+            nan = float("nan")
+            print(
+                f"{t:>8.0f} {step:>9} {steps:>10} {value:>11.1f} {rates.get(step, nan):>11.0f}"
+                f" {updates.get(step, nan):>9.1f} {learn.get(step, nan):>7.1f}"
+            )
             next_row = t + args.every
     print(f"best mean return {best:.1f}; last {returns[-1][2]:.1f} at {returns[-1][0] - start:.0f} s")
+    for tag in ("perf/updates_per_s", "perf/learn_pct"):
+        late = [v for wall, _, v in series.get(tag, []) if wall - start >= 60.0]
+        if late:
+            print(f"{tag}: median {statistics.median(late):.1f} over {len(late)} ticks after 60 s")
 
 
 if __name__ == "__main__":
