@@ -8,8 +8,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that drains and runs one small update per gstep (learner_bound,
   tiny networks), measured over ``--seconds`` after boot, with the learner's learn_pct.
-* learner: updates/s of ``FastSACAgent.update`` chunks alone against the same loop draining a host ring
-  before every chunk while a producer process keeps it full (the ingest overhead).
+* learner: updates/s of the ``humanoid`` task's ``FastSACAgent.update`` chunks alone against the same
+  loop draining a host ring before every chunk while a producer process keeps it full (the ingest overhead).
 * inference: ms per collector policy call on CPU and on CUDA for the per-collector batch of
   1..N collectors (to choose ``collector_inference_device``).
 """
@@ -17,6 +17,7 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing as mp
 import os
 import platform
@@ -33,7 +34,7 @@ from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
 from numa_bind import discover_host
 from shm_transport import HostRing, HostRingHandle, transition_layout
 from topology import TrainerTopology, resolve_trainer_topology
-from trainer.tasks import MujocoEnvFactory, probe_dims
+from trainer.tasks import TASKS, MujocoEnvFactory, probe_dims
 
 
 def _machine() -> str:
@@ -108,16 +109,19 @@ def _fields(envs: int, dims: EnvDims) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
-def learner_overhead(device: str, envs: int, seconds: float) -> tuple[float, float, float]:
+def learner_overhead(device: str, seconds: float) -> tuple[float, float, float]:
     """(updates/s without ingest, updates/s with ingest, slots ingested per update chunk).
 
-    The learner's own loop shape: update chunks of ``num_updates`` (the recipe's 8), with a drain of
+    The headline's learner: the ``humanoid`` task's agent settings, envs and batch (448 envs, batch 7168,
+    policy_frequency 2). Its own loop shape: update chunks of ``num_updates`` (8), with a drain of
     whatever the ring holds (up to 8 slots) before each chunk in the second phase, while a spawned
     process keeps that host ring full, i.e. collectors faster than the learner (the worst case for
     ingest: at most one new slot per update, about 8 times a real run's ratio at the recipe's UTD).
     """
-    dims = probe_dims(MujocoEnvFactory(env_id="Humanoid-v5"))
-    cfg = FastSACConfig(batch_size=envs * 4, buffer_size=64)
+    task = TASKS["humanoid"]
+    dims = probe_dims(task.env_factory())
+    envs = task.num_envs
+    cfg = dataclasses.replace(task.agent_config(), buffer_size=64)
     agent = FastSACAgent(dims, cfg, device, num_envs=envs)
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
@@ -183,7 +187,7 @@ def main() -> None:
     """Print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collectors", type=int, nargs="+", default=[1, 2, 4, 8, 14])
-    parser.add_argument("--envs", type=int, default=1024, help="envs of the learner/inference parts")
+    parser.add_argument("--envs", type=int, default=1024, help="envs of the inference part")
     parser.add_argument("--envs-per-collector", type=int, default=32, help="envs of each scaling collector")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--task", default="Humanoid-v5")
@@ -204,9 +208,10 @@ def main() -> None:
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f}  {stages}")
     if "learner" in args.parts:
-        plain, ingesting, per_chunk = learner_overhead(args.device, args.envs, args.learner_seconds)
-        print(f"\nlearner on {args.device}, {args.envs} envs, chunks of 8 updates: updates/s without ingest "
-              f"{plain:.1f}, while a producer process keeps its host ring full {ingesting:.1f} "
+        plain, ingesting, per_chunk = learner_overhead(args.device, args.learner_seconds)
+        print(f"\nlearner on {args.device}, task humanoid (448 envs, batch 7168), chunks of 8 updates: "
+              f"updates/s without ingest {plain:.1f}, while a producer process keeps its host ring full "
+              f"{ingesting:.1f} "
               f"({100 * ingesting / plain:.0f} %, {per_chunk:.1f} slots drained per chunk)")  # fmt: skip
     if "inference" in args.parts:
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

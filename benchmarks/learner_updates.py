@@ -7,11 +7,16 @@ sampling and normalisation.
 
     uv run --frozen python benchmarks/learner_updates.py                      # whatever device is present
     uv run --frozen python benchmarks/learner_updates.py --batch-sizes 1024 --calls 2 --threads 2
+    uv run --frozen python benchmarks/learner_updates.py --task humanoid --batch-sizes 7168  # headline's
+
+``--task`` takes that task's agent settings instead (e.g. humanoid: policy_frequency 2), so the figure
+compares with a trainer run of the task.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import time
@@ -19,6 +24,7 @@ import time
 import torch
 
 from fastsac_core import EnvDims, FastSACAgent, FastSACConfig
+from trainer.tasks import TASKS
 
 HUMANOID = EnvDims(
     obs_dim=348, critic_obs_dim=348, act_dim=17, action_low=(-0.4,) * 17, action_high=(0.4,) * 17
@@ -41,10 +47,12 @@ def machine() -> str:
 
 
 def build(
-    device: str, batch_size: int, num_envs: int, compiled: bool, cudagraphs: bool, amp: bool
+    device: str, batch_size: int, num_envs: int, compiled: bool, cudagraphs: bool, amp: bool, task: str | None
 ) -> FastSACAgent:
-    cfg = FastSACConfig(
-        batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs, amp=amp, gamma=0.99
+    # A task's agent settings (policy_frequency, value range, ...) as a trainer run of it uses them.
+    base = TASKS[task].agent_config() if task is not None else FastSACConfig(gamma=0.99)
+    cfg = dataclasses.replace(
+        base, batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs, amp=amp
     )
     agent = FastSACAgent(HUMANOID, cfg, device, num_envs=num_envs)
     if compiled and device == "cpu":
@@ -100,6 +108,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA instead of bf16 autocast")
     parser.add_argument("--no-cudagraphs", action="store_true")
+    parser.add_argument(
+        "--task",
+        default=None,
+        choices=sorted(TASKS),
+        help="use this task's agent settings (Humanoid-v5 dims)",
+    )
     args = parser.parse_args()
     cuda = args.device == "cuda"
     if args.threads:
@@ -111,14 +125,23 @@ def main() -> None:
 
     print(f"machine: {machine()}")
     amp = cuda and not args.no_amp
-    print(f"device={args.device} num_envs={num_envs} calls={calls}x8 updates warmup={warmup} amp={amp}")
+    print(
+        f"device={args.device} num_envs={num_envs} calls={calls}x8 updates warmup={warmup} amp={amp}"
+        f" task={args.task or '(recipe defaults, policy_frequency 4)'}"
+    )
     print("| batch | mode | updates/s | first call (s) |\n|---|---|---|---|")
     for batch_size in args.batch_sizes:
         for mode in args.modes:
             compiled = mode == "compiled"
             label = mode + (" (cudagraphs)" if compiled and cuda and not args.no_cudagraphs else "")
             agent = build(
-                args.device, batch_size, num_envs, compiled, not args.no_cudagraphs, not args.no_amp
+                args.device,
+                batch_size,
+                num_envs,
+                compiled,
+                not args.no_cudagraphs,
+                not args.no_amp,
+                args.task,
             )
             rate, first = measure(agent, args.device, warmup, calls)
             print(f"| {batch_size} | {label} | {rate:.1f} | {first:.1f} |", flush=True)
