@@ -95,6 +95,19 @@ def measure(agent: FastSACAgent, device: str, warmup: int, calls: int) -> tuple[
     return calls * num_updates / elapsed, first
 
 
+def host_profile(agent: FastSACAgent, device: str, calls: int) -> None:
+    """Print where the host's time goes over ``calls`` update calls (torch profiler, top operators)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    sync(device)
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            agent.update(agent.cfg.num_updates)
+        sync(device)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -108,6 +121,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA instead of bf16 autocast")
     parser.add_argument("--no-cudagraphs", action="store_true")
+    parser.add_argument("--profile", type=int, default=0, help="then profile this many calls (host view)")
     parser.add_argument(
         "--task",
         default=None,
@@ -145,6 +159,8 @@ def main() -> None:
             )
             rate, first = measure(agent, args.device, warmup, calls)
             print(f"| {batch_size} | {label} | {rate:.1f} | {first:.1f} |", flush=True)
+            if args.profile:
+                host_profile(agent, args.device, args.profile)
 
 
 if __name__ == "__main__":
