@@ -30,7 +30,14 @@ from typing import Any, Literal
 
 from fastsac_async.control import Control
 from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, WorkerFailed
-from fastsac_async.spec import EngineSpec, IpcRingHandles, collector_name, learner_name, weight_extras
+from fastsac_async.spec import (
+    EngineSpec,
+    IpcRingHandles,
+    collector_name,
+    learner_name,
+    learner_threads,
+    weight_extras,
+)
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot, aggregate_collectors
 from fastsac_async.supervisor import Supervisor
 from fastsac_async.workers import run_collector, run_learner
@@ -207,7 +214,7 @@ class AsyncEngine:
             for p in spec.topology.learners:
                 own = {c.index for c in spec.topology.collectors_of(p.rank)}
                 self._spawn(
-                    sup, learner_name(p.rank), run_learner, p.numa_node, spec.learner_threads,
+                    sup, learner_name(p.rank), run_learner, p.numa_node, learner_threads(spec, p),
                     dict(common, rank=p.rank, stats_queue=queues[learner_name(p.rank)],
                          ring_handles={i: h for i, h in ring_handles.items() if i in own},
                          weight_handles={i: h for i, h in weight_handles.items() if i in own}),

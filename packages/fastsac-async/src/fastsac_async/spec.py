@@ -10,7 +10,7 @@ import torch
 from fastsac_async.config import AsyncOptions
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig
 from shm_transport import FieldSpec, HostRingHandle, RingCursorsHandle
-from topology import TrainerTopology
+from topology import LearnerPlacement, TrainerTopology
 
 __all__ = [
     "EngineSpec",
@@ -18,6 +18,7 @@ __all__ = [
     "checkpoint_file",
     "collector_name",
     "learner_name",
+    "learner_threads",
     "weight_extras",
 ]
 
@@ -54,8 +55,9 @@ class EngineSpec:
     """Longest wait for the learners' process group to form."""
     shutdown_timeout_s: float = 30.0
     """Budget of the graceful part of the shutdown (then terminate, then kill)."""
-    learner_threads: int = 2
-    """torch threads of a learner process."""
+    learner_threads: int | None = None
+    """torch intra-op threads of a learner process; None: 1 for a CUDA learner (more only add host
+    overhead to a launch-bound update: wiki/benchmarks.md, Learner), else its pinned CPUs (2 unpinned)."""
 
     @property
     def num_collectors(self) -> int:
@@ -66,6 +68,15 @@ class EngineSpec:
     def num_learners(self) -> int:
         """Learner processes."""
         return len(self.topology.learners)
+
+
+def learner_threads(spec: EngineSpec, placement: LearnerPlacement) -> int:
+    """Intra-op torch threads of a learner (``spec.learner_threads``, or the default it documents)."""
+    if spec.learner_threads is not None:
+        return max(1, spec.learner_threads)
+    if placement.device.startswith("cuda"):
+        return 1
+    return len(placement.cpus) if placement.cpus else 2
 
 
 def collector_name(index: int) -> str:
