@@ -70,6 +70,8 @@ def test_async_trainer_on_mujoco(tmp_path: Path, learners: int) -> None:
     assert "async/policy_lag" in last.scalars and last.scalars["async/policy_lag"] >= 0
     assert "train/qf_loss" in last.scalars and "rollout/mean_return" in last.scalars
     assert {f"learner{r}" for r in range(learners)} <= set(last.timing)
+    shares = {"perf/learner_update_pct", "perf/learner_decide_pct", "perf/learner_other_pct"}
+    assert shares <= {k for snap in rec.snapshots for k in snap.scalars}, "where the learner's host time went"
     assert ("collector1", "running") in boot.states
     assert result.last_checkpoint is not None and result.last_checkpoint in rec.checkpoints
     assert peek_checkpoint(result.last_checkpoint)["extra"]["collector_steps"] == [30, 30]

@@ -37,6 +37,15 @@ def test_stage_timer_means() -> None:
     assert timer.means_ms() == {}
 
 
+def test_stage_timer_shares_of_the_wall_time() -> None:
+    """Shares are each seen stage's total over the wall time, in percent, with the rest as ``other``."""
+    timer = StageTimer(["a", "b", "c"])
+    timer.add("a", 0.25)
+    timer.add("b", 0.5)
+    assert timer.shares_pct(2.0) == {"a": 12.5, "b": 25.0, "other": 62.5}
+    assert timer.shares_pct(0.5)["other"] == 0.0, "overlapping spans never make ``other`` negative"
+
+
 def _snap(i: int, ret: float | None, episodes: int, lag: int, envs: int = 4) -> CollectorSnapshot:
     return CollectorSnapshot(
         index=i, steps=10, steps_per_s=100.0, num_envs=envs, episodes=episodes, mean_return=ret,

@@ -6,9 +6,10 @@ import pytest
 
 from fastsac_async.config import AsyncOptions
 from fastsac_async.engine import EngineStats, run_engine
-from fastsac_async.spec import EngineSpec
+from fastsac_async.spec import EngineSpec, learner_threads
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig, peek_checkpoint
+from topology import LearnerPlacement
 
 CFG = FastSACConfig(
     actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,
@@ -90,3 +91,14 @@ def test_engine_sweeps_segments_of_dead_runs(tmp_path: Path) -> None:
         assert not stale.exists()
     finally:
         stale.unlink(missing_ok=True)
+
+
+def test_learner_threads_default_to_one_on_cuda_and_to_the_pinned_cpus_elsewhere(tmp_path: Path) -> None:
+    """Auto threads: 1 for a CUDA learner, its pinned CPU count (2 unpinned) on CPU; a set value wins."""
+    spec = _spec(tmp_path, 1, 1, 10)
+    cuda = LearnerPlacement(rank=0, device="cuda:0", numa_node=None, cpus=(0, 1))
+    pinned = LearnerPlacement(rank=0, device="cpu", numa_node=None, cpus=(0, 1, 2))
+    unpinned = LearnerPlacement(rank=0, device="cpu", numa_node=None, cpus=None)
+    assert [learner_threads(spec, p) for p in (cuda, pinned, unpinned)] == [1, 3, 2]
+    fixed = dataclasses.replace(spec, learner_threads=4)
+    assert [learner_threads(fixed, p) for p in (cuda, pinned, unpinned)] == [4, 4, 4]

@@ -169,11 +169,11 @@ def test_collector_and_learner_in_process(rings: Rings) -> None:
         assert snaps and snaps[-1].updates == learner.updates
         first = collector.snapshot()
         assert collector.snapshot().steps_per_s == first.steps_per_s > 0, "an empty window keeps the rate"
-        assert {"drain", "update", "publish"} <= set(learner.snapshot().timing_ms) | {
-            "drain",
-            "update",
-            "publish",
-        }
+        stages = {k for snap in snaps for k in snap.timing_ms}
+        assert {"drain", "decide", "update", "publish"} <= stages
+        shares = snaps[0].host_pct
+        assert {"decide", "update", "other"} <= set(shares), shares
+        assert all(v >= 0.0 for v in shares.values()) and abs(sum(shares.values()) - 100.0) < 1e-6
     finally:
         channel.close()
         channel.unlink()

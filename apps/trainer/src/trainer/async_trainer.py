@@ -105,6 +105,7 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
         scalars["rollout/mean_ep_len"] = s.mean_ep_len
     if 0 in stats.learners:
         scalars.update({f"train/{k}": v for k, v in stats.learners[0].metrics.items()})
+        scalars.update({f"perf/learner_{k}_pct": v for k, v in stats.learners[0].host_pct.items()})
     timing = {f"collector{i}": dict(c.timing_ms) for i, c in sorted(stats.collectors.items())}
     timing.update({f"learner{r}": dict(x.timing_ms) for r, x in sorted(stats.learners.items())})
     env_steps = sum(stats.collector_steps) * envs_per_collector

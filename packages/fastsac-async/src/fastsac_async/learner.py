@@ -176,12 +176,13 @@ class Learner:
         if self.stopped:
             return False
         self._maybe_drain()
-        decision = self.decider.step(
-            collector_steps=self.hooks.collector_steps(),
-            has_data=self.agent.buffer.num_complete >= 1,
-            stop_vote=self.hooks.stop_requested(),
-            done_vote=self._done() and self.decider.owed == 0,
-        )
+        with self.timer.time("decide"):  # with several ranks: the collective, waits for the slowest
+            decision = self.decider.step(
+                collector_steps=self.hooks.collector_steps(),
+                has_data=self.agent.buffer.num_complete >= 1,
+                stop_vote=self.hooks.stop_requested(),
+                done_vote=self._done() and self.decider.owed == 0,
+            )
         self.gstep = max(self.gstep, decision.gstep)
         if decision.run_updates:
             self._train(decision)
@@ -208,16 +209,17 @@ class Learner:
         """Rank 0: write a checkpoint now (after the in-flight ingest landed); its path."""
         if self.rank != 0 or self.hooks.checkpoint_path is None:
             return None
-        self.ingestor.wait_ingest()
-        path = save_checkpoint(
-            self.hooks.checkpoint_path(self.gstep),
-            self.agent,
-            extra={
-                "iteration": self.gstep,
-                "updates": self.updates,
-                **self.hooks.checkpoint_extra(self.gstep),
-            },
-        )
+        with self.timer.time("checkpoint"):
+            self.ingestor.wait_ingest()
+            path = save_checkpoint(
+                self.hooks.checkpoint_path(self.gstep),
+                self.agent,
+                extra={
+                    "iteration": self.gstep,
+                    "updates": self.updates,
+                    **self.hooks.checkpoint_extra(self.gstep),
+                },
+            )
         self._last_save = self.gstep
         self._pending_checkpoint = str(path)
         _log.info("checkpoint %s", path)
@@ -236,6 +238,7 @@ class Learner:
             learn_pct=min(100.0, 100.0 * self._update_seconds() / wall),
             buffer_size=self.agent.buffer.num_stored,
             timing_ms=self.timer.means_ms(),
+            host_pct=self.timer.shares_pct(wall),
             metrics=metrics,
             checkpoint=self._pending_checkpoint,
         )

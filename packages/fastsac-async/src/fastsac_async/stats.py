@@ -26,7 +26,7 @@ __all__ = [
 
 COLLECTOR_STAGES = ("env_step", "inference", "push", "weight_sync", "wait")
 """First-level stages of a collector step."""
-LEARNER_STAGES = ("drain", "ingest", "update", "publish", "idle")
+LEARNER_STAGES = ("drain", "decide", "update", "publish", "checkpoint", "idle")
 """First-level stages of a learner loop."""
 
 
@@ -58,6 +58,12 @@ class StageTimer:
     def total_s(self, stage: str) -> float:
         """Seconds spent in ``stage`` since the last reset."""
         return self._total[stage]
+
+    def shares_pct(self, wall_s: float) -> dict[str, float]:
+        """Percent of ``wall_s`` spent in each stage seen since the last reset, and ``other`` for the rest."""
+        shares = {k: 100.0 * t / wall_s for k, t in self._total.items() if t > 0}
+        shares["other"] = max(0.0, 100.0 - sum(shares.values()))
+        return shares
 
     def means_ms(self) -> dict[str, float]:
         """Mean milliseconds per occurrence of each stage seen since the last reset."""
@@ -116,6 +122,9 @@ class LearnerSnapshot:
     """Transitions in its replay buffer."""
     timing_ms: dict[str, float] = field(default_factory=dict)
     """Stage -> mean ms per occurrence (LEARNER_STAGES)."""
+    host_pct: dict[str, float] = field(default_factory=dict)
+    """Stage -> percent of the window's wall time the learner's host thread spent in it, plus ``other``
+    (the rest: decisions, checkpoints, stats); where a host-bound learner's time goes."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Latest update metrics (``qf_loss``, ``actor_loss``, ...); rank 0 only."""
     checkpoint: str | None = None
