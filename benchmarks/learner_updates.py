@@ -8,9 +8,12 @@ sampling and normalisation.
     uv run --frozen python benchmarks/learner_updates.py                      # whatever device is present
     uv run --frozen python benchmarks/learner_updates.py --batch-sizes 1024 --calls 2 --threads 2
     uv run --frozen python benchmarks/learner_updates.py --task humanoid --batch-sizes 7168  # headline's
+    uv run --frozen python benchmarks/learner_updates.py --modes compiled step eager-step     # graph scopes
 
 ``--task`` takes that task's agent settings instead (e.g. humanoid: policy_frequency 2), so the figure
-compares with a trainer run of the task.
+compares with a trainer run of the task. ``--modes`` (see ``MODES``): ``compiled`` is the default
+training path; ``step`` and ``eager-step`` capture each whole step as one CUDA graph (on CPU there are
+no graphs: ``step`` runs like ``compiled``, ``eager-step`` like ``eager``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import dataclasses
 import os
 import platform
 import time
+from typing import Literal
 
 import torch
 
@@ -46,14 +50,26 @@ def machine() -> str:
     )
 
 
+MODES: dict[str, tuple[bool, bool, Literal["regions", "step"]]] = {  # compile, CUDA graphs, graph scope
+    "eager": (False, False, "regions"),
+    "compiled": (True, True, "regions"),
+    "step": (True, True, "step"),
+    "eager-step": (False, True, "step"),
+}
+"""``compiled``: torch.compile's CUDA graphs per compiled region; ``step``/``eager-step``: each whole
+step captured as one CUDA graph around the compiled/eager step (fastsac_core Note [Whole-step graphs])."""
+
+
 def build(
-    device: str, batch_size: int, num_envs: int, compiled: bool, cudagraphs: bool, amp: bool, task: str | None
+    device: str, batch_size: int, num_envs: int, mode: str, amp: bool, task: str | None
 ) -> FastSACAgent:
     # A task's agent settings (policy_frequency, value range, ...) as a trainer run of it uses them.
     base = TASKS[task].agent_config() if task is not None else FastSACConfig(gamma=0.99)
+    compiled, cudagraphs, scope = MODES[mode]
     cfg = dataclasses.replace(
-        base, batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs, amp=amp
-    )
+        base, batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs,
+        cudagraph_scope=scope, amp=amp,
+    )  # fmt: skip
     agent = FastSACAgent(HUMANOID, cfg, device, num_envs=num_envs)
     if compiled and device == "cpu":
         # The agent compiles on CUDA only; the benchmark also measures inductor on CPU.
@@ -115,12 +131,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8192, 1024])
     parser.add_argument("--num-envs", type=int, default=None, help="default: 1024 on CUDA, 64 on CPU")
-    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=sorted(MODES))
     parser.add_argument("--calls", type=int, default=None, help="timed update() calls (8 updates each)")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA instead of bf16 autocast")
-    parser.add_argument("--no-cudagraphs", action="store_true")
     parser.add_argument("--profile", type=int, default=0, help="then profile this many calls (host view)")
     parser.add_argument(
         "--task",
@@ -146,19 +161,9 @@ def main() -> None:
     print("| batch | mode | updates/s | first call (s) |\n|---|---|---|---|")
     for batch_size in args.batch_sizes:
         for mode in args.modes:
-            compiled = mode == "compiled"
-            label = mode + (" (cudagraphs)" if compiled and cuda and not args.no_cudagraphs else "")
-            agent = build(
-                args.device,
-                batch_size,
-                num_envs,
-                compiled,
-                not args.no_cudagraphs,
-                not args.no_amp,
-                args.task,
-            )
+            agent = build(args.device, batch_size, num_envs, mode, not args.no_amp, args.task)
             rate, first = measure(agent, args.device, warmup, calls)
-            print(f"| {batch_size} | {label} | {rate:.1f} | {first:.1f} |", flush=True)
+            print(f"| {batch_size} | {mode} | {rate:.1f} | {first:.1f} |", flush=True)
             if args.profile:
                 host_profile(agent, args.device, args.profile)
 

@@ -87,6 +87,7 @@ def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> No
         ("algo.trainer.device=cuda:99", "algo.trainer.device", "cuda"),
         ("algo.agent.gamma=1.5", "algo.agent.gamma", "(0, 1]"),
         ("algo.agent.amp_dtype=fp8", "algo.agent.amp_dtype", "bf16 or fp16"),
+        ("algo.agent.cudagraph_scope=kernel", "algo.agent.cudagraph_scope", "regions or step"),
         ("console=fancy", "console", "auto, rich or plain"),
     ],
 )

@@ -27,6 +27,7 @@ from ._flat import flatten_into, numel_of, unflatten_into
 from ._networks import Actor, DistributionalCritic
 from ._normalizer import EmpiricalNormalizer
 from ._replay import Batch, ReplayBuffer
+from ._step_graph import StepGraph
 from .config import FastSACConfig
 from .env import EnvDims
 from .exceptions import ConfigError
@@ -160,15 +161,31 @@ class FastSACAgent:
         self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
         self.target_entropy = -dims.act_dim * cfg.target_entropy_ratio
 
-        fused = self.device.type == "cuda"
+        cuda = self.device.type == "cuda"
+        self._amp_dtype = torch.bfloat16 if cfg.amp_dtype == "bf16" else torch.float16
+        self._amp = cfg.amp and cuda
+        fp16_scaling = self._amp and cfg.amp_dtype == "fp16"
+        # One function per step when nothing eager must sit between backward and optimizer step;
+        # otherwise (all-reduce across ranks, fp16 loss scaling) only the forward+backward halves.
+        self._whole_steps = world_size == 1 and not fp16_scaling
+        graphs = cuda and cfg.cudagraphs and self._whole_steps
+        self._cudagraphs = graphs and cfg.compile and cfg.cudagraph_scope == "regions"
+        self._step_graphs = graphs and cfg.cudagraph_scope == "step"
+
         betas = (cfg.adam_beta1, cfg.adam_beta2)
+        # Captured optimizer steps keep their step counts on the device (Note [Whole-step graphs]).
+        fused, capturable = cuda, self._step_graphs
         self.critic_optimizer = torch.optim.AdamW(
-            self.qf.parameters(), lr=cfg.critic_lr, betas=betas, weight_decay=cfg.weight_decay, fused=fused
-        )
+            self.qf.parameters(), lr=cfg.critic_lr, betas=betas, weight_decay=cfg.weight_decay,
+            fused=fused, capturable=capturable,
+        )  # fmt: skip
         self.actor_optimizer = torch.optim.AdamW(
-            self.actor.parameters(), lr=cfg.actor_lr, betas=betas, weight_decay=cfg.weight_decay, fused=fused
+            self.actor.parameters(), lr=cfg.actor_lr, betas=betas, weight_decay=cfg.weight_decay,
+            fused=fused, capturable=capturable,
+        )  # fmt: skip
+        self.alpha_optimizer = torch.optim.Adam(
+            [self.log_alpha], lr=cfg.alpha_lr, betas=betas, fused=fused, capturable=capturable
         )
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=betas, fused=fused)
 
         eps, on = cfg.normalizer_eps, cfg.obs_normalization
         self.obs_normalizer = EmpiricalNormalizer(dims.obs_dim, eps, enabled=on, device=self.device)
@@ -186,14 +203,7 @@ class FastSACAgent:
             gamma=cfg.gamma,
         )
 
-        cuda = self.device.type == "cuda"
-        self._amp_dtype = torch.bfloat16 if cfg.amp_dtype == "bf16" else torch.float16
-        self._amp = cfg.amp and cuda
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self._amp and cfg.amp_dtype == "fp16")
-        # One compiled function per step when nothing eager must sit between backward and optimizer
-        # step; otherwise (all-reduce across ranks, fp16 loss scaling) only the forward+backward halves.
-        self._whole_steps = world_size == 1 and not self.scaler.is_enabled()
-        self._cudagraphs = cuda and cfg.compile and cfg.cudagraphs and self._whole_steps
+        self.scaler = torch.amp.GradScaler("cuda", enabled=fp16_scaling)
         self._critic_fn, self._actor_fn = self._build_step_functions(cuda and cfg.compile)
         zero = torch.zeros((), device=self.device)
         self._last_actor_metrics = (zero, zero.clone())
@@ -207,12 +217,21 @@ class FastSACAgent:
             quiet_compile_notices()
             mode = "reduce-overhead" if self._cudagraphs else None
             critic, actor = torch.compile(critic, mode=mode), torch.compile(actor, mode=mode)
+        if self._step_graphs:
+            critic, actor = StepGraph(critic, self.device), StepGraph(actor, self.device)
         return critic, actor
+
+    def _reset_step_graphs(self) -> None:
+        """Captured steps refer to tensors a load replaced: capture again (Note [Whole-step graphs])."""
+        for fn in (self._critic_fn, self._actor_fn):
+            if isinstance(fn, StepGraph):
+                fn.reset()
 
     def _autocast(self) -> contextlib.AbstractContextManager[None]:
         if not self._amp:
             return contextlib.nullcontext()
-        return torch.autocast("cuda", dtype=self._amp_dtype)
+        # A captured step must not cache weight casts (they would be made during capture).
+        return torch.autocast("cuda", dtype=self._amp_dtype, cache_enabled=not self._step_graphs)
 
     def _critic_params(self) -> Iterator[Tensor]:
         yield from self.qf.parameters()
@@ -303,6 +322,8 @@ class FastSACAgent:
     # ------------------------------------------------------------------ driving the steps
 
     def _run(self, fn: Callable[..., Any], *args: Tensor | Batch) -> tuple[Tensor, ...]:
+        if self._step_graphs:
+            return tuple(fn(*args))  # StepGraph returns clones of its graph's outputs
         if self._cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
             # Outputs live in the CUDA-graph pool and are overwritten by the next replay.
@@ -444,6 +465,9 @@ class FastSACAgent:
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        for optimizer in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
+            for group in optimizer.param_groups:  # a checkpoint carries its writer's setting
+                group["capturable"] = self._step_graphs
         if state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.obs_normalizer.load_state_dict(state["obs_normalizer"])
@@ -452,6 +476,7 @@ class FastSACAgent:
         a, b = (t.to(self.device) for t in state["last_actor_metrics"])
         self._last_actor_metrics = (a, b)
         self.buffer.load_state_dict(state["buffer"])
+        self._reset_step_graphs()
 
 
 def sync_normalizers(agent: FastSACAgent, group: ProcessGroup | None = None) -> None:

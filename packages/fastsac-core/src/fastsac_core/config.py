@@ -87,7 +87,12 @@ class FastSACConfig:
     compile: bool = True
     """torch.compile the update steps on CUDA (ignored on CPU, where updates run eagerly)."""
     cudagraphs: bool = True
-    """Capture whole update steps as CUDA graphs (compile mode 'reduce-overhead') on CUDA."""
+    """Replay the update steps as CUDA graphs on CUDA (single rank, no fp16 loss scaling)."""
+    cudagraph_scope: Literal["regions", "step"] = "regions"
+    """What one CUDA graph covers: ``regions``, torch.compile's 'reduce-overhead' graphs, one per
+    compiled region of a step (``compile`` required); ``step``, the whole step (forward, backward,
+    optimizer step) captured as one graph around the step, compiled or not (Note [Whole-step graphs]).
+    ``step`` removes the host work between regions; it is new and not yet measured on a GPU."""
     amp: bool = True
     """Autocast the update steps on CUDA."""
     amp_dtype: Literal["bf16", "fp16"] = "bf16"

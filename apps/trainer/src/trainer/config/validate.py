@@ -80,6 +80,7 @@ _RULES: tuple[_Rule, ...] = (
     ("algo.agent.tau", lambda v: 0 < v <= 1, "use a soft-update rate in (0, 1]"),
     ("algo.agent.num_atoms", lambda v: v >= 2, "use at least 2 atoms"),
     ("algo.agent.amp_dtype", lambda v: v in ("bf16", "fp16"), "use bf16 or fp16"),
+    ("algo.agent.cudagraph_scope", lambda v: v in ("regions", "step"), "use regions or step"),
     (f"{_OPTS}.num_collectors", lambda v: v >= 1, "use at least 1 collector"),
     (f"{_OPTS}.num_learners", lambda v: v >= 1, "use at least 1 learner"),
     (f"{_OPTS}.ring_capacity", lambda v: v >= 1, "use a positive slot count, e.g. 64"),

@@ -1,0 +1,105 @@
+import pytest
+import torch
+
+from fastsac_core import FastSACAgent
+from fastsac_core._replay import Batch
+from fastsac_core._step_graph import StepGraph, _flatten, _rebuild
+from fastsac_core.testing import TINY_DIMS, random_batch, random_noise, tiny_config
+
+
+def _batch(rows: int) -> Batch:
+    return Batch(*(torch.full((rows, 2), float(i)) for i in range(len(Batch._fields))))
+
+
+def test_flatten_and_rebuild_keep_the_step_arguments_structure() -> None:
+    """Static inputs map back onto (Batch, tensor) arguments field by field, in order."""
+    batch, noise = _batch(3), torch.randn(3, 4)
+    flat = _flatten([batch, noise])
+    assert len(flat) == len(Batch._fields) + 1 and flat[-1] is noise
+    copies = [t.clone() for t in flat]
+    rebuilt_batch, rebuilt_noise = _rebuild([batch, noise], copies)
+    assert isinstance(rebuilt_batch, Batch)
+    assert all(torch.equal(a, b) for a, b in zip(rebuilt_batch, batch, strict=True))
+    assert rebuilt_batch.valid is copies[len(Batch._fields) - 1] and rebuilt_noise is copies[-1]
+
+
+def test_step_graph_refuses_a_cpu_device_with_the_fix() -> None:
+    """CUDA graphs need CUDA: a CPU device is refused, saying to run the step directly."""
+    with pytest.raises(ValueError, match="run the step directly on CPU"):
+        StepGraph(lambda: (torch.zeros(()),), torch.device("cpu"))
+
+
+def test_step_scope_on_cpu_keeps_the_eager_steps() -> None:
+    """cudagraph_scope='step' on a CPU agent changes nothing: eager steps, non-capturable optimizers."""
+    agent = FastSACAgent(TINY_DIMS, tiny_config(cudagraph_scope="step"), "cpu", num_envs=4)
+    assert not isinstance(agent._critic_fn, StepGraph)
+    assert not agent.critic_optimizer.param_groups[0]["capturable"]
+
+
+def _train(agent: FastSACAgent, calls: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    metrics: dict[str, torch.Tensor] = {}
+    for _ in range(calls):
+        batch, noise = random_batch(256, TINY_DIMS, g), random_noise(256, TINY_DIMS, g)
+        metrics = agent.update_on_batch(batch, 4, type(noise)(*(t.cuda() for t in noise)))
+    return metrics
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile_", [False, True], ids=["eager-captured", "compiled-captured"])
+def test_whole_step_graphs_match_eager_steps(compile_: bool) -> None:
+    """Captured whole steps (replayed many times) leave the same weights and metrics as eager steps."""
+    results = []
+    for scope in ("regions", "step"):
+        torch.manual_seed(0)
+        cfg = tiny_config(compile=compile_ and scope == "step", cudagraphs=scope == "step",
+                          cudagraph_scope=scope, amp=False)  # fmt: skip
+        agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+        metrics = _train(agent, 6, seed=1)  # 24 critic and 12 actor steps: warmup 3, then replays
+        if scope == "step":
+            assert isinstance(agent._critic_fn, StepGraph) and agent._critic_fn.captured
+            assert isinstance(agent._actor_fn, StepGraph) and agent._actor_fn.captured
+        results.append((agent.flatten_actor_params().cpu(), {k: v.cpu() for k, v in metrics.items()}))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-3, atol=1e-4)
+    for key in results[0][1]:
+        torch.testing.assert_close(results[0][1][key], results[1][1][key], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_whole_step_graphs_capture_again_after_a_state_load() -> None:
+    """After load_state_dict the graphs re-capture: training continues exactly like the saved agent."""
+    cfg = tiny_config(compile=False, cudagraphs=True, cudagraph_scope="step", amp=False)
+    torch.manual_seed(0)
+    saved = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    _train(saved, 5, seed=2)
+    state = saved.state_dict()
+    torch.manual_seed(1)
+    loaded = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    _train(loaded, 5, seed=3)  # its own graphs, captured on its own optimizer state
+    loaded.load_state_dict(state)
+    _train(saved, 5, seed=4)
+    _train(loaded, 5, seed=4)
+    pairs = [(saved.flatten_actor_params(), loaded.flatten_actor_params())]
+    pairs += list(zip(saved.qf.parameters(), loaded.qf.parameters(), strict=True))
+    for a, b in pairs:
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_bf16_compiled_whole_step_graphs_train_finitely() -> None:
+    """The candidate default (compile, whole-step graphs, bf16) trains finitely from the replay buffer."""
+    torch.manual_seed(0)
+    agent = FastSACAgent(TINY_DIMS, tiny_config(compile=True, cudagraph_scope="step", amp=True), "cuda",
+                         num_envs=4)  # fmt: skip
+    g = torch.Generator().manual_seed(5)
+    for _ in range(20):
+        agent.buffer.extend(
+            torch.randn(4, TINY_DIMS.obs_dim, generator=g),
+            torch.randn(4, TINY_DIMS.critic_obs_dim, generator=g),
+            torch.rand(4, TINY_DIMS.act_dim, generator=g) * 2 - 1, torch.randn(4, generator=g),
+            torch.rand(4, generator=g) < 0.05, torch.rand(4, generator=g) < 0.05,
+        )  # fmt: skip
+    for _ in range(8):
+        metrics = agent.update(4)
+    assert all(bool(torch.isfinite(v)) for v in metrics.values())
+    assert isinstance(agent._critic_fn, StepGraph) and agent._critic_fn.captured
