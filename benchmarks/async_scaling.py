@@ -194,8 +194,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--learner-seconds", type=float, default=10.0, help="each phase of the learner part")
     parser.add_argument("--parts", nargs="+", default=["scaling", "learner", "inference"])
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads of the learner/inference parts (workers use 1)"
+    )
     args = parser.parse_args()
-    print(f"machine: {_machine()}")
+    torch.set_num_threads(args.threads)
+    print(f"machine: {_machine()}, {args.threads} torch thread(s) in this process")
     if "scaling" in args.parts:
         per = args.envs_per_collector
         print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
