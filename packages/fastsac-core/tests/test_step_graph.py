@@ -36,11 +36,11 @@ def test_step_scope_on_cpu_keeps_the_eager_steps() -> None:
     assert not agent.critic_optimizer.param_groups[0]["capturable"]
 
 
-def _train(agent: FastSACAgent, calls: int, seed: int) -> dict[str, torch.Tensor]:
+def _train(agent: FastSACAgent, calls: int, seed: int, rows: int = 256) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     metrics: dict[str, torch.Tensor] = {}
     for _ in range(calls):
-        batch, noise = random_batch(256, TINY_DIMS, g), random_noise(256, TINY_DIMS, g)
+        batch, noise = random_batch(rows, TINY_DIMS, g), random_noise(rows, TINY_DIMS, g)
         metrics = agent.update_on_batch(batch, 4, type(noise)(*(t.cuda() for t in noise)))
     return metrics
 
@@ -48,7 +48,7 @@ def _train(agent: FastSACAgent, calls: int, seed: int) -> dict[str, torch.Tensor
 @pytest.mark.gpu
 @pytest.mark.parametrize("compile_", [False, True], ids=["eager-captured", "compiled-captured"])
 def test_whole_step_graphs_match_eager_steps(compile_: bool) -> None:
-    """Captured whole steps (replayed many times) leave the same weights and metrics as eager steps."""
+    """Captured whole steps (many replays, then new shapes) match eager steps' weights and metrics."""
     results = []
     for scope in ("regions", "step"):
         torch.manual_seed(0)
@@ -59,6 +59,7 @@ def test_whole_step_graphs_match_eager_steps(compile_: bool) -> None:
         if scope == "step":
             assert isinstance(agent._critic_fn, StepGraph) and agent._critic_fn.captured
             assert isinstance(agent._actor_fn, StepGraph) and agent._actor_fn.captured
+        metrics = _train(agent, 3, seed=2, rows=128)  # other shapes: warm-up and capture again
         results.append((agent.flatten_actor_params().cpu(), {k: v.cpu() for k, v in metrics.items()}))
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-3, atol=1e-4)
     for key in results[0][1]:

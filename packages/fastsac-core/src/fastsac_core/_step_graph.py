@@ -84,6 +84,7 @@ class StepGraph:
         self._graph: torch.cuda.CUDAGraph | None = None
         self._static_in: list[Tensor] = []
         self._static_out: tuple[Tensor, ...] = ()
+        self._signature: tuple[tuple[torch.Size, torch.dtype], ...] = ()
         self._side: torch.cuda.Stream | None = None
 
     @property
@@ -94,18 +95,27 @@ class StepGraph:
     def reset(self) -> None:
         """Drop the graph (tensors it captured were replaced): the next calls warm up and capture again."""
         self._graph = None
-        self._static_in, self._static_out = [], ()
+        self._static_in, self._static_out, self._signature = [], (), ()
         self._calls = 0
 
     def __call__(self, *args: Arg) -> tuple[Tensor, ...]:
-        """One step on ``args``; returns its outputs (clones, safe to keep)."""
+        """One step on ``args``; returns its outputs (clones, safe to keep).
+
+        Arguments of other shapes or dtypes than the captured ones start over: warm-up, then a capture
+        for the new shapes (a copy into the old static inputs would broadcast silently).
+        """
+        flat = _flatten(args)
+        signature = tuple((t.shape, t.dtype) for t in flat)
+        if self._graph is not None and signature != self._signature:
+            self.reset()
         if self._graph is None:
             if self._calls < self._warmup:
                 self._calls += 1
                 return self._on_side_stream(args)
             self._capture(args)
+            self._signature = signature
         else:
-            for static, tensor in zip(self._static_in, _flatten(args), strict=True):
+            for static, tensor in zip(self._static_in, flat, strict=True):
                 static.copy_(tensor, non_blocking=True)
         assert self._graph is not None
         self._graph.replay()
