@@ -38,20 +38,31 @@ def test_on_cpu_begin_publishes_at_once(channel: WeightChannel) -> None:
     assert version == 2 and bool((params == 2.0).all()) and bool((mean == 2.0).all())
 
 
+@pytest.fixture
+def channels() -> Iterator[list[WeightChannel]]:
+    chs = [WeightChannel.create(N, EXTRAS) for _ in range(3)]
+    yield chs
+    for ch in chs:
+        ch.close()
+        ch.unlink()
+
+
 @pytest.mark.gpu
-def test_on_cuda_finish_waits_for_the_snapshot_not_for_later_work(channel: WeightChannel) -> None:
-    """A snapshot behind a kernel stays pending, arrives whole, and finish never waits for later kernels."""
-    publisher = DeferredPublisher([HostWeightWriter(channel)], torch.device("cuda", 0))
+def test_on_cuda_finish_waits_for_the_snapshot_not_for_later_work(channels: list[WeightChannel]) -> None:
+    """A snapshot behind a kernel stays pending, reaches every writer whole, never waits for later work."""
+    publisher = DeferredPublisher([HostWeightWriter(ch) for ch in channels], torch.device("cuda", 0))
     flat = torch.zeros(N, device="cuda")
-    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the snapshot is written
-    flat.fill_(7.0)
-    publisher.begin(flat, {"mean": torch.full((3,), 7.0, device="cuda")})
-    assert publisher.pending and not publisher.finish(block=False)
-    torch.cuda._sleep(2_000_000_000)  # ~1 s of later work on the same stream
-    later = torch.cuda.Event()
-    later.record()
-    assert publisher.finish(block=True) and publisher.version == 1
-    assert not later.query(), "finish waited for work queued after the snapshot"
-    version, params, mean = _load(channel)
-    assert version == 1 and bool((params == 7.0).all()) and bool((mean == 7.0).all())
-    torch.cuda.synchronize()
+    for value in (7.0, 8.0):  # the second publish reuses the publisher's pinned host copy
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the snapshot is written
+        flat.fill_(value)
+        publisher.begin(flat, {"mean": torch.full((3,), value, device="cuda")})
+        assert publisher.pending and not publisher.finish(block=False)
+        torch.cuda._sleep(2_000_000_000)  # ~1 s of later work on the same stream
+        later = torch.cuda.Event()
+        later.record()
+        assert publisher.finish(block=True) and publisher.version == int(value) - 6
+        assert not later.query(), "finish waited for work queued after the snapshot"
+        for ch in channels:
+            version, params, mean = _load(ch)
+            assert version == int(value) - 6 and bool((params == value).all()) and bool((mean == value).all())
+        torch.cuda.synchronize()

@@ -16,6 +16,11 @@ chunks queued since. The snapshot tensors stay referenced until then, so the cac
 reuse them, and the caller must not write them again before ``finish``: the learner finishes the
 previous snapshot before it flattens the next one into the same buffer. On CPU there is no queue to
 keep fed: ``begin`` publishes at once.
+
+A rank has one host writer per collector (14 in the headline run). Each would copy a CUDA snapshot to
+its own pinned staging and synchronise; ``finish`` instead copies the snapshot to host once and hands
+every host writer that host copy (a host source goes straight into the channel's slot). CUDA-IPC
+writers get the device snapshot.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from shm_transport import WeightWriter
+from shm_transport import HostWeightWriter, WeightWriter
 
 __all__ = ["DeferredPublisher"]
 
@@ -45,6 +50,7 @@ class DeferredPublisher:
         self._stream = torch.cuda.Stream(device=device) if self._cuda else None  # type: ignore[no-untyped-call]
         self._pending: tuple[Tensor, Mapping[str, Tensor], torch.cuda.Event | None] | None = None
         self._version = 0
+        self._host: tuple[Tensor, dict[str, Tensor]] | None = None  # pinned copy of a CUDA snapshot
 
     @property
     def version(self) -> int:
@@ -90,5 +96,28 @@ class DeferredPublisher:
         return True
 
     def _publish(self, flat: Tensor, extras: Mapping[str, Tensor]) -> None:
+        host: tuple[Tensor, Mapping[str, Tensor]] | None = None
         for writer in self._writers:
-            self._version = writer.publish(flat, extras)
+            if flat.is_cuda and isinstance(writer, HostWeightWriter):
+                if host is None:
+                    host = self._host_copy(flat, extras)
+                self._version = writer.publish(*host)
+            else:
+                self._version = writer.publish(flat, extras)
+
+    def _host_copy(self, flat: Tensor, extras: Mapping[str, Tensor]) -> tuple[Tensor, Mapping[str, Tensor]]:
+        """The snapshot in pinned host memory: one copy and one wait on the current (publisher) stream.
+
+        Reused by every publish: the writers are done with it when ``_publish`` returns.
+        """
+        if self._host is None:
+            self._host = (
+                torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True),
+                {k: torch.empty(v.shape, dtype=v.dtype, pin_memory=True) for k, v in extras.items()},
+            )
+        host_flat, host_extras = self._host
+        host_flat.copy_(flat, non_blocking=True)
+        for name, tensor in extras.items():
+            host_extras[name].copy_(tensor, non_blocking=True)
+        torch.cuda.current_stream(self._device).synchronize()
+        return host_flat, host_extras
