@@ -57,7 +57,7 @@ def _pinned_topology(envs: int, collectors: int, device: str) -> TrainerTopology
 def scaling(
     task: str, collectors: int, envs: int, seconds: float, device: str
 ) -> tuple[float, float, dict[str, float]]:
-    """Env steps/s, learner learn_pct and collector ms per step by stage, N pinned collectors.
+    """Env steps/s, learner learn_pct, collector ms per stage occurrence and wait share, N collectors.
 
     ``collectors`` pinned CPU collectors and a learner on ``device``.
 
@@ -85,6 +85,7 @@ def scaling(
     learn = sum(t.learners[0].learn_pct for t in late) / max(1, len(late))
     stages = sorted({k for t in late for k in t.summary.timing_ms})
     timing = {k: sum(t.summary.timing_ms.get(k, 0.0) for t in late) / len(late) for k in stages}
+    timing["wait %"] = sum(t.summary.time_pct.get("wait", 0.0) for t in late) / len(late)
     return rate, learn, timing
 
 
@@ -204,7 +205,8 @@ def main() -> None:
         per = args.envs_per_collector
         print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
-        print(f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}  collector ms per step")
+        header = f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}"
+        print(header + "  collector ms per stage occurrence, back-pressure wait %")
         base = None
         for n in args.collectors:
             rate, learn, timing = scaling(args.task, n, per * n, args.seconds, args.device)

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from fastsac_async import AsyncOptions
+from fastsac_async import AsyncOptions, CollectorSnapshot, EngineStats, LearnerSnapshot, aggregate_collectors
 from fastsac_core import FastSACConfig, peek_checkpoint
 from shm_transport import list_segments
-from trainer.async_trainer import run_async
+from trainer.async_trainer import engine_snapshot, run_async
 from trainer.plan import RunPlan
 from trainer.reporting import Snapshot
 from trainer.tasks import MujocoEnvFactory, probe_dims
@@ -91,3 +91,27 @@ def test_stop_request_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
     assert result.stop_reason == "stop_requested"
     assert result.last_checkpoint is not None
     assert peek_checkpoint(result.last_checkpoint)["extra"]["iteration"] == result.iterations
+
+
+def test_engine_snapshot_names_the_stage_shares(tmp_path: Path) -> None:
+    """A stats tick becomes perf/collector_<stage>_pct (mean over collectors) and perf/learner_<stage>_pct."""
+    collectors = {
+        i: CollectorSnapshot(
+            index=i, steps=10, steps_per_s=50.0, num_envs=2, episodes=0, mean_return=None, mean_ep_len=None,
+            weight_version=1, policy_lag=0, ring_fill=0, timing_ms={"env_step": 18.0, "wait": 0.5},
+            time_pct={"env_step": 90.0 - 10 * i, "wait": 10.0 * i, "other": 10.0},
+        )
+        for i in (0, 1)
+    }  # fmt: skip
+    learner = LearnerSnapshot(
+        rank=0, global_step=10, updates=80, updates_per_s=200.0, learn_pct=85.0, buffer_size=40,
+        host_pct={"update": 85.0, "publish": 5.0, "other": 10.0},
+    )  # fmt: skip
+    stats = EngineStats(
+        elapsed_s=1.0, global_step=10, collector_steps=[10, 10], updates=80, learners={0: learner},
+        collectors=collectors, summary=aggregate_collectors(list(collectors.values())),
+    )  # fmt: skip
+    scalars = engine_snapshot(_plan(tmp_path, 1), stats, envs_per_collector=2).scalars
+    assert scalars["perf/collector_env_step_pct"] == 85.0 and scalars["perf/collector_wait_pct"] == 5.0
+    assert scalars["perf/learner_update_pct"] == 85.0 and scalars["perf/learner_publish_pct"] == 5.0
+    assert scalars["perf/collector_env_step_ms"] == 18.0

@@ -50,7 +50,7 @@ def _snap(i: int, ret: float | None, episodes: int, lag: int, envs: int = 4) -> 
     return CollectorSnapshot(
         index=i, steps=10, steps_per_s=100.0, num_envs=envs, episodes=episodes, mean_return=ret,
         mean_ep_len=None if ret is None else 50.0, weight_version=3 + i, policy_lag=lag, ring_fill=i,
-        timing_ms={"env_step": 2.0 + i},
+        timing_ms={"env_step": 2.0 + i}, time_pct={"env_step": 80.0 + i, "other": 20.0 - i},
     )  # fmt: skip
 
 
@@ -63,6 +63,7 @@ def test_aggregate_collectors() -> None:
     assert summary.per_collector["policy_lag_collector1"] == 5.0
     assert summary.steps_per_s == 3 * 400.0
     assert summary.timing_ms["env_step"] == 3.0
+    assert summary.time_pct == {"env_step": 81.0, "other": 19.0}
     assert summary.weight_version == 5
     empty = aggregate_collectors([])
     assert empty.mean_return is None and empty.episodes == 0

@@ -169,6 +169,8 @@ def test_collector_and_learner_in_process(rings: Rings) -> None:
         assert snaps and snaps[-1].updates == learner.updates
         first = collector.snapshot()
         assert collector.snapshot().steps_per_s == first.steps_per_s > 0, "an empty window keeps the rate"
+        assert {"env_step", "push", "other"} <= set(first.time_pct), first.time_pct
+        assert abs(sum(first.time_pct.values()) - 100.0) < 1e-6
         stages = {k for snap in snaps for k in snap.timing_ms}
         assert {"drain", "decide", "update", "publish"} <= stages
         shares = snaps[0].host_pct

@@ -97,6 +97,7 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
     if s.timing_ms:
         scalars["perf/collect_ms_per_batch"] = collect
     scalars.update({f"perf/collector_{k}_ms": v for k, v in s.timing_ms.items()})
+    scalars.update({f"perf/collector_{k}_pct": v for k, v in s.time_pct.items()})
     if len(stats.collectors) > 1:
         scalars.update({f"async/{k}": v for k, v in s.per_collector.items() if not k.startswith("env_")})
     if s.mean_return is not None:

@@ -166,8 +166,9 @@ class Collector:
     def snapshot(self) -> CollectorSnapshot:
         """Stats of the window since the last snapshot (starts a new window)."""
         now = time.perf_counter()
+        wall = max(now - self._window_start, 1e-9)
         if self._window_steps:  # an empty window (the final snapshot, say) keeps the last rate
-            self._last_rate = self._window_steps / max(now - self._window_start, 1e-9)
+            self._last_rate = self._window_steps / wall
         snap = CollectorSnapshot(
             index=self.settings.index,
             steps=self.steps,
@@ -180,6 +181,7 @@ class Collector:
             policy_lag=self.lag,
             ring_fill=self.ring.size(),
             timing_ms=self.timer.means_ms(),
+            time_pct=self.timer.shares_pct(wall),
         )
         self._episodes = 0
         self._window_steps = 0

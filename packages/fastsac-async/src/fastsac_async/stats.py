@@ -101,7 +101,11 @@ class CollectorSnapshot:
     ring_fill: int
     """Slots of its ring in use."""
     timing_ms: dict[str, float] = field(default_factory=dict)
-    """Stage -> mean ms per step (COLLECTOR_STAGES)."""
+    """Stage -> mean ms per occurrence (COLLECTOR_STAGES): per step for ``env_step``, ``inference``
+    and ``push``, per poll for ``weight_sync``, per back-off sleep for ``wait``."""
+    time_pct: dict[str, float] = field(default_factory=dict)
+    """Stage -> percent of the window's wall time, plus ``other``; ``wait`` is the back-pressure share
+    (time spent because the ring was full, i.e. the learner was behind)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +157,8 @@ class CollectorSummary:
     """Per-collector columns: ``policy_lag_collector{i}``, ``ring_fill_collector{i}``, ..."""
     timing_ms: dict[str, float]
     """Stage -> mean ms over the collectors that reported it."""
+    time_pct: dict[str, float] = field(default_factory=dict)
+    """Stage -> mean percent of wall time over the collectors that reported it."""
 
 
 def aggregate_collectors(snapshots: Sequence[CollectorSnapshot]) -> CollectorSummary:
@@ -171,9 +177,12 @@ def aggregate_collectors(snapshots: Sequence[CollectorSnapshot]) -> CollectorSum
         per[f"ring_fill_collector{s.index}"] = float(s.ring_fill)
         per[f"env_steps_per_s_collector{s.index}"] = s.steps_per_s * s.num_envs
     stages: dict[str, list[float]] = {}
+    shares: dict[str, list[float]] = {}
     for s in snapshots:
         for k, v in s.timing_ms.items():
             stages.setdefault(k, []).append(v)
+        for k, v in s.time_pct.items():
+            shares.setdefault(k, []).append(v)
     return CollectorSummary(
         mean_return=weighted([s.mean_return for s in with_return if s.mean_return is not None]),
         mean_ep_len=weighted([s.mean_ep_len or 0.0 for s in with_return]),
@@ -184,6 +193,7 @@ def aggregate_collectors(snapshots: Sequence[CollectorSnapshot]) -> CollectorSum
         weight_version=max((s.weight_version for s in snapshots), default=0),
         per_collector=per,
         timing_ms={k: sum(v) / len(v) for k, v in stages.items()},
+        time_pct={k: sum(v) / len(v) for k, v in shares.items()},
     )
 
 
