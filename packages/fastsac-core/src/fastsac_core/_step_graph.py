@@ -143,6 +143,13 @@ class StepGraph:
         graph = torch.cuda.CUDAGraph()
         # torch.cuda.graph synchronises the device and captures on a private stream; nothing it
         # records runs until the caller's replay.
-        with torch.cuda.graph(graph):
-            self._static_out = tuple(self._fn(*static_args))
+        try:
+            with torch.cuda.graph(graph):
+                self._static_out = tuple(self._fn(*static_args))
+        except Exception as exc:
+            self.reset()
+            raise RuntimeError(
+                f"capturing the update step as one CUDA graph failed: {exc}; "
+                "set cudagraph_scope='regions' (torch.compile's graphs) to train without it"
+            ) from exc
         self._graph = graph
