@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU half of the test suite and the GPU benchmarks, in one call on the device machine:
-#   source .devrun/env.sh && bash benchmarks/gpu_suite.sh [tests|bench|scaling|all]
+#   source .devrun/env.sh && bash benchmarks/gpu_suite.sh [tests|bench|learner|scaling|all]
 # Logs land under $OUT (or /tmp/gpu_suite); each step's tail is printed. Step caps can be lowered with
 # TESTS_TIMEOUT (per test group), TRANSPORT_TIMEOUT, DRAIN_TIMEOUT (seconds); SKIP_LEARNER=1 leaves out the learner step.
 set -uo pipefail
@@ -42,11 +42,13 @@ if [[ $what == tests || $what == all ]]; then
   wait
   grep -h -E "^(PASSED|FAILED|ERROR) |[0-9]+ (passed|failed)" "$out"/tests_*.log
 fi
-if [[ $what == bench || $what == all ]]; then
+if [[ $what == bench || $what == all || $what == learner ]]; then
   # The headline's update, by what one CUDA graph covers (fastsac_core Note [Whole-step graphs]), on one
   # CPU and one torch thread like a learner's main thread.
   [[ ${SKIP_LEARNER:-0} == 1 ]] || step learner timeout 300 taskset -c 1 python3 benchmarks/learner_updates.py \
     --device cuda --task humanoid --batch-sizes 7168 --modes compiled step eager-step --threads 1
+fi
+if [[ $what == bench || $what == all ]]; then
   step transport timeout "${TRANSPORT_TIMEOUT:-240}" python3 benchmarks/transport_bench.py
   step drain timeout "${DRAIN_TIMEOUT:-120}" python3 benchmarks/async_drain.py --device cuda
 fi
