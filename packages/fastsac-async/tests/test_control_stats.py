@@ -38,11 +38,11 @@ def test_stage_timer_means() -> None:
 
 
 def test_stage_timer_shares_of_the_wall_time() -> None:
-    """Shares are each seen stage's total over the wall time, in percent, with the rest as ``other``."""
+    """Shares are each stage's total over the wall time, in percent (0 if unseen), the rest ``other``."""
     timer = StageTimer(["a", "b", "c"])
     timer.add("a", 0.25)
     timer.add("b", 0.5)
-    assert timer.shares_pct(2.0) == {"a": 12.5, "b": 25.0, "other": 62.5}
+    assert timer.shares_pct(2.0) == {"a": 12.5, "b": 25.0, "c": 0.0, "other": 62.5}
     assert timer.shares_pct(0.5)["other"] == 0.0, "overlapping spans never make ``other`` negative"
 
 

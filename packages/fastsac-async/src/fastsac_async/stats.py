@@ -60,8 +60,12 @@ class StageTimer:
         return self._total[stage]
 
     def shares_pct(self, wall_s: float) -> dict[str, float]:
-        """Percent of ``wall_s`` spent in each stage seen since the last reset, and ``other`` for the rest."""
-        shares = {k: 100.0 * t / wall_s for k, t in self._total.items() if t > 0}
+        """Percent of ``wall_s`` spent in each stage since the last reset, and ``other`` for the rest.
+
+        Every stage is present (0.0 when it did not occur), so a series of shares has a point at every
+        report instead of gaps that a plot would bridge with a stale value.
+        """
+        shares = {k: 100.0 * t / wall_s for k, t in self._total.items()}
         shares["other"] = max(0.0, 100.0 - sum(shares.values()))
         return shares
 
