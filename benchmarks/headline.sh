@@ -6,6 +6,7 @@
 #   ASYNC_EXTRA="algo.trainer.async_options.collector_inference_device=cpu" bash benchmarks/headline.sh
 # SECOND_EXTRA set (even empty) makes the second run asynchronous too, with those overrides, in place of
 # the synchronous one: two asynchronous variants side by side. TIME_LIMIT (s, default 500) shortens both.
+# FASTSAC_PROFILE_LEARNER=50 (exported) profiles 50 loop iterations of each learner inside the run.
 set -u
 OUT=${OUT:-/tmp/headline}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -27,6 +28,6 @@ echo "wall: $(python3 -c "print(round($end-$start,1))") s"
 for r in $runs; do
   echo "=== $r"; python3 $root/benchmarks/return_curve.py /tmp/runs/$r --start-epoch $start --every 30 --num-envs 448 | tee $OUT/${r}_curve.txt
   tail -n 4 $OUT/${r}_console.log
-  tail -n 5 /tmp/runs/$r/logs/learner0.log > $OUT/${r}_learner_tail.log 2>&1
+  cp /tmp/runs/$r/logs/learner0.log $OUT/${r}_learner0.log  # with FASTSAC_PROFILE_LEARNER=N: its profile
   ls /tmp/runs/$r/async_errors 2>/dev/null
 done

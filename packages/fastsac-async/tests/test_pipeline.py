@@ -1,4 +1,7 @@
+import logging
+import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -6,8 +9,11 @@ import torch
 from fastsac_async.collective import SoloCollective
 from fastsac_async.collector import Collector, CollectorSettings
 from fastsac_async.decider import TrainDecider
+from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.ingest import Ingestor
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+from fastsac_async.profiling import PROFILE_ENV, profile_iterations, run_learner_loop
+from fastsac_async.stats import LearnerSnapshot
 from fastsac_async.testing import FakeBatchedEnv
 from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy, ReplayBuffer
 from shm_transport import HostRing, HostWeightReader, HostWeightWriter, WeightChannel, transition_layout
@@ -130,8 +136,9 @@ def _agent(num_envs: int) -> FastSACAgent:
     return FastSACAgent(FakeBatchedEnv(1, 0).dims, CFG, "cpu", num_envs=num_envs)
 
 
-def test_collector_and_learner_in_process(rings: Rings) -> None:
-    """Driven in one process: steps advance, updates run, weights reach the collector with a version."""
+@contextmanager
+def _in_process_pair(rings: Rings) -> Iterator[tuple[Collector, Learner, list[LearnerSnapshot]]]:
+    """One collector (budget 12) and one strict learner over one host ring and one weight channel."""
     ring = rings.make(4, 8)
     extras = {"obs_mean": FieldSpec((OBS,), torch.float32), "obs_std": FieldSpec((OBS,), torch.float32),
               "obs_count": FieldSpec((1,), torch.float32)}  # fmt: skip
@@ -145,7 +152,7 @@ def test_collector_and_learner_in_process(rings: Rings) -> None:
             env=env, ring=ring, weights=HostWeightReader(channel),
             policy=InferencePolicy(env.dims, CFG),
         )  # fmt: skip
-        snaps = []
+        snaps: list[LearnerSnapshot] = []
         learner = Learner(
             rank=0, agent=agent, rings=[ring], writers=[HostWeightWriter(channel)],
             decider=TrainDecider(SoloCollective(), num_collectors=1, num_updates=2, learning_starts=2,
@@ -157,6 +164,15 @@ def test_collector_and_learner_in_process(rings: Rings) -> None:
                                stop_requested=lambda: False, on_snapshot=snaps.append),
         )  # fmt: skip
         learner.publish()
+        yield collector, learner, snaps
+    finally:
+        channel.close()
+        channel.unlink()
+
+
+def test_collector_and_learner_in_process(rings: Rings) -> None:
+    """Driven in one process: steps advance, updates run, weights reach the collector with a version."""
+    with _in_process_pair(rings) as (collector, learner, snaps):
         for _ in range(200):
             collector.step_once()
             collector.step_once()
@@ -176,9 +192,34 @@ def test_collector_and_learner_in_process(rings: Rings) -> None:
         shares = snaps[0].host_pct
         assert {"decide", "update", "other"} <= set(shares), shares
         assert all(v >= 0.0 for v in shares.values()) and abs(sum(shares.values()) - 100.0) < 1e-6
-    finally:
-        channel.close()
-        channel.unlink()
+
+
+def test_a_profiled_learner_loop_logs_its_table_and_trains_the_same(
+    rings: Rings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """FASTSAC_PROFILE_LEARNER's window logs the operator table; the run still ends with the same updates."""
+    collector_steps_per_iteration = 2
+    with _in_process_pair(rings) as (collector, learner, _), caplog.at_level(logging.INFO):
+        original = learner.run_iteration
+
+        def iteration() -> bool:  # the collector runs beside the learner, as in a real run
+            for _ in range(collector_steps_per_iteration):
+                collector.step_once()
+            return original()
+
+        learner.run_iteration = iteration  # type: ignore[method-assign]
+        run_learner_loop(learner, profile=3, after_updates=4, name="learner0")
+        assert learner.stopped and learner.updates == 2 * (12 - 2 + 1)
+    logged = [r.getMessage() for r in caplog.records if "profile of 3 loop iterations" in r.getMessage()]
+    assert len(logged) == 1 and "Self CPU time total" in logged[0], logged
+
+
+@pytest.mark.parametrize("raw", ["abc", "-3", "1.5"])
+def test_an_invalid_profile_setting_names_the_variable_and_the_fix(raw: str) -> None:
+    """FASTSAC_PROFILE_LEARNER must be a count: anything else is refused with the fix."""
+    assert profile_iterations({}) == 0 and profile_iterations({PROFILE_ENV: " 50 "}) == 50
+    with pytest.raises(AsyncConfigError, match=f"{PROFILE_ENV}='{re.escape(raw)}'.*unset it"):
+        profile_iterations({PROFILE_ENV: raw})
 
 
 def test_one_ring_fills_the_replay_exactly_like_the_synchronous_loop(rings: Rings) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from fastsac_async.control import Control
 from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, WorkerFailed
+from fastsac_async.profiling import profile_iterations
 from fastsac_async.spec import (
     EngineSpec,
     IpcRingHandles,
@@ -139,6 +140,7 @@ class AsyncEngine:
                 f"async_options.ring_capacity={spec.options.ring_capacity} must be at least 1; "
                 "64 is the default"
             )
+        profile_iterations()  # an invalid FASTSAC_PROFILE_LEARNER fails here, before anything starts
         self.spec = spec
         self._collectors = [collector_name(c.index) for c in spec.topology.collectors]
         self._learners = [learner_name(p.rank) for p in spec.topology.learners]

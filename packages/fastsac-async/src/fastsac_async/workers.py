@@ -23,6 +23,7 @@ from fastsac_async.collector import Collector, CollectorSettings
 from fastsac_async.control import Control
 from fastsac_async.decider import TrainDecider
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+from fastsac_async.profiling import profile_iterations, run_learner_loop
 from fastsac_async.spec import EngineSpec, IpcRingHandles, checkpoint_file, collector_name
 from fastsac_async.stats import offer
 from fastsac_async.worker_process import worker_process
@@ -299,8 +300,7 @@ def run_learner(
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
             )
-            while learner.run_iteration():
-                pass
+            run_learner_loop(learner, profile=profile_iterations(), name=name)
             learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
             offer(stats_queue, learner.snapshot())
             _log.info("%s done at gstep %d after %d updates", name, learner.gstep, learner.updates)
