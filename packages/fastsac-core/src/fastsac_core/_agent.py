@@ -457,6 +457,7 @@ class FastSACAgent:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict`` (shapes must already be checked; see ``load_checkpoint``)."""
+        self._reset_step_graphs()  # first: even a load that fails half-way leaves no stale graph
         self.actor.load_state_dict(state["actor"])
         self.qf.load_state_dict(state["qf"])
         self.qf_target.load_state_dict(state["qf_target"])
@@ -476,7 +477,6 @@ class FastSACAgent:
         a, b = (t.to(self.device) for t in state["last_actor_metrics"])
         self._last_actor_metrics = (a, b)
         self.buffer.load_state_dict(state["buffer"])
-        self._reset_step_graphs()
 
 
 def sync_normalizers(agent: FastSACAgent, group: ProcessGroup | None = None) -> None:

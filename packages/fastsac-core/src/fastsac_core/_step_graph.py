@@ -11,26 +11,31 @@ host-bound (wiki/benchmarks.md, Learner), and every other host task of the learn
 ``StepGraph`` instead captures the whole step, backward and optimizer step included, as one graph
 with ``torch.cuda.graph``, the way PyTorch documents whole-network capture:
 
-1. The first ``warmup`` calls run the step normally, on a side stream (lazy compilation, autotuning,
-   cuBLAS workspaces and the optimizers' state all happen outside capture). They are real updates.
-2. The next call copies its inputs into static tensors and captures the step on them. Capture
-   records kernels without running them, so that call then replays the graph once: every call is
-   exactly one update. The step function sets gradients to ``None`` first, so ``backward`` inside
-   the capture allocates them from the graph's private pool, where each replay refills them.
-3. Every later call copies its inputs into the static tensors (on the current stream) and replays.
+1. Every call copies its inputs into static tensors, allocated at the first call (on the current
+   stream). The step only ever sees those tensors: a compiled step is traced and guarded on exactly
+   what the capture will use (a view's storage offset, for one, can be guarded once a dimension is
+   dynamic, and a recompile during capture fails).
+2. The first ``warmup`` calls run the step normally on the static inputs, on a side stream of the
+   step's device (lazy compilation, cuBLAS workspaces and the optimizers' state all happen outside
+   capture). They are real updates.
+3. The next call captures the step on that same side stream. Capture records kernels without running
+   them, so that call then replays the graph once: every call is exactly one update. The step sets
+   gradients to ``None`` first, so ``backward`` inside the capture allocates them from the graph's
+   private pool, where each replay refills them.
+4. Every later call copies its inputs into the static tensors and replays, on the current stream.
 
 What the step touches must stay where it was captured: parameters, gradients, optimizer state
 (``capturable`` optimizers keep their step counts on the device), static inputs. Anything that
-replaces those tensors (``load_state_dict`` of an optimizer) must ``reset`` the graph, and the next
-calls warm up and capture again. Autocast must run with ``cache_enabled=False`` (its weight cache
-would hold casts made during capture). The step must not synchronise with the host. The returned
-tensors are clones: the graph's outputs are overwritten by the next replay.
+replaces those tensors (``load_state_dict`` of an optimizer) must ``reset`` the graph first, and
+the next calls warm up and capture again; so do arguments of new shapes. Autocast must run with
+``cache_enabled=False`` (its weight cache would hold casts made during capture). The step must not
+synchronise with the host. The returned tensors are clones: the graph's outputs are overwritten by
+the next replay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -54,7 +59,8 @@ def _rebuild(like: Sequence[Arg], flat: Sequence[Tensor]) -> list[Arg]:
     i = 0
     for arg in like:
         if isinstance(arg, tuple):
-            out.append(type(arg)(*flat[i : i + len(arg)]))
+            items = tuple(flat[i : i + len(arg)])
+            out.append(items if type(arg) is tuple else type(arg)(*items))  # a plain or a named tuple
             i += len(arg)
         else:
             out.append(flat[i])
@@ -101,50 +107,50 @@ class StepGraph:
     def __call__(self, *args: Arg) -> tuple[Tensor, ...]:
         """One step on ``args``; returns its outputs (clones, safe to keep).
 
-        Arguments of other shapes or dtypes than the captured ones start over: warm-up, then a capture
+        Arguments of other shapes or dtypes than the static inputs start over: warm-up, then a capture
         for the new shapes (a copy into the old static inputs would broadcast silently).
         """
         flat = _flatten(args)
         signature = tuple((t.shape, t.dtype) for t in flat)
-        if self._graph is not None and signature != self._signature:
+        if signature != self._signature:
             self.reset()
+            self._static_in = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in flat]
+            self._signature = signature
+        for static, tensor in zip(self._static_in, flat, strict=True):
+            static.copy_(tensor, non_blocking=True)
+        static_args = _rebuild(args, self._static_in)
         if self._graph is None:
             if self._calls < self._warmup:
                 self._calls += 1
-                return self._on_side_stream(args)
-            self._capture(args)
-            self._signature = signature
-        else:
-            for static, tensor in zip(self._static_in, flat, strict=True):
-                static.copy_(tensor, non_blocking=True)
+                return self._on_side_stream(static_args)
+            self._capture(static_args)
         assert self._graph is not None
-        self._graph.replay()
+        with torch.cuda.device(self._device):
+            self._graph.replay()
         return tuple(t.clone() for t in self._static_out)
 
-    def _on_side_stream(self, args: Sequence[Arg]) -> tuple[Tensor, ...]:
-        current = torch.cuda.current_stream(self._device)
+    def _side_stream(self) -> torch.cuda.Stream:
         if self._side is None:
             self._side = torch.cuda.Stream(self._device)  # type: ignore[no-untyped-call]
-        self._side.wait_stream(current)
-        with torch.cuda.stream(self._side):
-            out = tuple(self._fn(*args))
-        current.wait_stream(self._side)
-        # Cross-stream lifetimes: the inputs were read on the side stream, the outputs made there are
-        # read on the current one; the allocator must not hand either out again before those uses.
-        for tensor in _flatten(args):
-            tensor.record_stream(self._side)
-        for tensor in out:
+        return self._side
+
+    def _on_side_stream(self, static_args: Sequence[Arg]) -> tuple[Tensor, ...]:
+        current = torch.cuda.current_stream(self._device)
+        side = self._side_stream()
+        side.wait_stream(current)  # the static inputs were just written on the current stream
+        with torch.cuda.stream(side):
+            out = tuple(self._fn(*static_args))
+        current.wait_stream(side)
+        for tensor in out:  # made on the side stream, read on the current one
             tensor.record_stream(current)
         return out
 
-    def _capture(self, args: Sequence[Arg]) -> None:
-        self._static_in = [t.detach().clone() for t in _flatten(args)]
-        static_args: list[Any] = _rebuild(args, self._static_in)
+    def _capture(self, static_args: Sequence[Arg]) -> None:
         graph = torch.cuda.CUDAGraph()
-        # torch.cuda.graph synchronises the device and captures on a private stream; nothing it
-        # records runs until the caller's replay.
+        # torch.cuda.graph synchronises the device and captures on the stream it is given (the
+        # warm-up's, on the step's device); nothing it records runs until the replay.
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=self._side_stream()):
                 self._static_out = tuple(self._fn(*static_args))
         except Exception as exc:
             self.reset()
