@@ -32,6 +32,7 @@ def _snapshot(iteration: int = 50, **scalars: float) -> Snapshot:
         "perf/env_steps_per_s": 12345.0,
         "perf/updates_per_s": 96.0,
         "perf/learn_pct": 87.5,
+        "perf/collector_wait_pct": 12.5,
         "async/utd": 8.0,
         "async/policy_lag": 3.0,
         "async/ring_fill": 12.0,
@@ -64,9 +65,10 @@ def _render(console: RichConsole, tab: int) -> str:
 
 
 def test_plain_line_holds_progress_returns_and_rates() -> None:
-    """A plain line shows iteration, progress %, return, env steps/s, UTD, learn %, lag and ETA."""
+    """A plain line shows iteration, progress %, return, env steps/s, UTD, learn %, wait %, lag and ETA."""
     line = snapshot_line(_snapshot(50), _snapshot(10))
-    for part in ("it 50 (5.0%)", "return 4.321k", "env/s 12.35k", "utd 8.000", "learn% 87.50", "lag 3.000"):
+    parts = ("it 50 (5.0%)", "return 4.321k", "env/s 12.35k", "utd 8.000", "learn% 87.50", "wait% 12.50")
+    for part in (*parts, "lag 3.000"):
         assert part in line
     # 40 iterations took 20 s; 950 iterations remain -> 475 s.
     assert "~left 7m55s" in line
@@ -134,6 +136,8 @@ def test_rich_training_tabs_render_overview_timing_system() -> None:
         "4.321k",
         "12.35k",
         "87.50%",
+        "12.50%",
+        "collector wait",
         "qf_loss",
         "ring fill",
     ):

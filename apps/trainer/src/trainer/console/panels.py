@@ -30,6 +30,7 @@ _HEADLINE = (
     ("updates/s", "perf/updates_per_s", ""),
     ("UTD", "async/utd", ""),
     ("learn", "perf/learn_pct", "%"),
+    ("collector wait", "perf/collector_wait_pct", "%"),
     ("policy lag", "async/policy_lag", ""),
     ("ring fill", "async/ring_fill", ""),
     ("weight ver", "async/weight_version", ""),

@@ -18,6 +18,7 @@ _LINE_KEYS = (
     ("upd/s", "perf/updates_per_s"),
     ("utd", "async/utd"),
     ("learn%", "perf/learn_pct"),
+    ("wait%", "perf/collector_wait_pct"),
     ("lag", "async/policy_lag"),
     ("ring", "async/ring_fill"),
     ("qf_loss", "train/qf_loss"),
