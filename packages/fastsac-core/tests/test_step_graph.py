@@ -1,4 +1,5 @@
 import io
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -7,6 +8,14 @@ from fastsac_core import FastSACAgent
 from fastsac_core._replay import Batch
 from fastsac_core._step_graph import StepGraph, _flatten, _rebuild
 from fastsac_core.testing import TINY_DIMS, random_batch, random_noise, tiny_config
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    """Each test compiles from scratch (dynamo's recompile limit would quietly run steps eagerly)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 def _batch(rows: int) -> Batch:

@@ -467,8 +467,9 @@ class FastSACAgent:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         for optimizer in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
-            for group in optimizer.param_groups:  # a checkpoint carries its writer's setting
+            for group in optimizer.param_groups:  # a checkpoint carries its writer's settings
                 group["capturable"] = self._step_graphs
+                group["fused"] = self.device.type == "cuda"
         if state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.obs_normalizer.load_state_dict(state["obs_normalizer"])

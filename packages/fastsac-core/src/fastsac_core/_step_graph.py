@@ -75,7 +75,7 @@ class StepGraph:
         fn: The step: takes tensors or named tuples of tensors of fixed shapes, returns a tuple of
             tensors; no host synchronisation inside.
         device: The CUDA device it runs on.
-        warmup: Normal calls before the capture (at least 1).
+        warmup: Normal calls before the capture (at least 2).
     """
 
     def __init__(
@@ -85,7 +85,10 @@ class StepGraph:
             raise ValueError(f"StepGraph needs a CUDA device, got {device}; run the step directly on CPU")
         self._fn = fn
         self._device = device
-        self._warmup = max(1, warmup)
+        # At least two: a compiled step builds the optimizers' state while its first call is traced,
+        # and dynamo guards that state by identity, so the second call compiles again; a guard that
+        # first fails at capture would need a compile during capture, which torch refuses.
+        self._warmup = max(2, warmup)
         self._calls = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._static_in: list[Tensor] = []
@@ -99,7 +102,12 @@ class StepGraph:
         return self._graph is not None
 
     def reset(self) -> None:
-        """Drop the graph (tensors it captured were replaced): the next calls warm up and capture again."""
+        """Drop the graph (tensors it captured were replaced): the next calls warm up and capture again.
+
+        Safe at any point between calls: every side-stream use starts after the current stream's
+        work and every call ends with the current stream after the side stream's, so memory freed
+        here (static inputs, the graph's pool) is never reused under a running kernel.
+        """
         self._graph = None
         self._static_in, self._static_out, self._signature = [], (), ()
         self._calls = 0
@@ -138,17 +146,19 @@ class StepGraph:
         current = torch.cuda.current_stream(self._device)
         side = self._side_stream()
         side.wait_stream(current)  # the static inputs were just written on the current stream
-        with torch.cuda.stream(side):
-            out = tuple(self._fn(*static_args))
-        current.wait_stream(side)
+        try:
+            with torch.cuda.stream(side):
+                out = tuple(self._fn(*static_args))
+        finally:  # even after an error, later work on the current stream comes after the side's
+            current.wait_stream(side)
         for tensor in out:  # made on the side stream, read on the current one
             tensor.record_stream(current)
         return out
 
     def _capture(self, static_args: Sequence[Arg]) -> None:
         graph = torch.cuda.CUDAGraph()
-        # torch.cuda.graph synchronises the device and captures on the stream it is given (the
-        # warm-up's, on the step's device); nothing it records runs until the replay.
+        # torch.cuda.graph synchronises the current device and captures on the stream it is given
+        # (the warm-up's, on the step's device); nothing it records runs until the replay.
         try:
             with torch.cuda.graph(graph, stream=self._side_stream()):
                 self._static_out = tuple(self._fn(*static_args))
