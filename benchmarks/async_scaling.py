@@ -56,8 +56,8 @@ def _pinned_topology(envs: int, collectors: int, device: str) -> TrainerTopology
 
 def scaling(
     task: str, collectors: int, envs: int, seconds: float, device: str
-) -> tuple[float, float, dict[str, float]]:
-    """Env steps/s, learner learn_pct, collector ms per stage occurrence and wait share, N collectors.
+) -> tuple[float, float, float, dict[str, float]]:
+    """Env steps/s, learner learn_pct, collectors' wait share and ms per stage occurrence, N collectors.
 
     ``collectors`` pinned CPU collectors and a learner on ``device``.
 
@@ -85,8 +85,8 @@ def scaling(
     learn = sum(t.learners[0].learn_pct for t in late) / max(1, len(late))
     stages = sorted({k for t in late for k in t.summary.timing_ms})
     timing = {k: sum(t.summary.timing_ms.get(k, 0.0) for t in late) / len(late) for k in stages}
-    timing["wait %"] = sum(t.summary.time_pct.get("wait", 0.0) for t in late) / len(late)
-    return rate, learn, timing
+    wait_pct = sum(t.summary.time_pct.get("wait", 0.0) for t in late) / len(late)
+    return rate, learn, wait_pct, timing
 
 
 def _produce(handle: HostRingHandle, envs: int, dims: EnvDims, stop: EventType) -> None:
@@ -205,14 +205,14 @@ def main() -> None:
         per = args.envs_per_collector
         print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
-        header = f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9}"
-        print(header + "  collector ms per stage occurrence, back-pressure wait %")
+        header = f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9} {'wait %':>6}"
+        print(header + "  collector ms per stage occurrence")
         base = None
         for n in args.collectors:
-            rate, learn, timing = scaling(args.task, n, per * n, args.seconds, args.device)
+            rate, learn, wait_pct, timing = scaling(args.task, n, per * n, args.seconds, args.device)
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
-            print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f}  {stages}")
+            print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f} {wait_pct:>6.1f}  {stages}")
     if "learner" in args.parts:
         plain, ingesting, per_chunk = learner_overhead(args.device, args.learner_seconds)
         print(f"\nlearner on {args.device}, task humanoid (448 envs, batch 7168), chunks of 8 updates: "
