@@ -132,7 +132,7 @@ class LearnerSnapshot:
     """Stage -> mean ms per occurrence (LEARNER_STAGES)."""
     host_pct: dict[str, float] = field(default_factory=dict)
     """Stage -> percent of the window's wall time the learner's host thread spent in it, plus ``other``
-    (the rest: decisions, checkpoints, stats); where a host-bound learner's time goes."""
+    (the rest: progress counters, stats); where a host-bound learner's time goes."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Latest update metrics (``qf_loss``, ``actor_loss``, ...); rank 0 only."""
     checkpoint: str | None = None
