@@ -42,6 +42,7 @@ def test_cuda_ingest_equals_cpu_ingest(kind: str) -> None:
     cursors = [RingCursors.create(4) for _ in range(2)]
     cuda_rings: list[object] = []
     producers: list[CudaIpcRing] = []
+    consumers: list[CudaIpcRing] = []
     try:
         if kind == "pinned_host":
             cuda_rings = [HostRing.create(layout, 4) for _ in range(2)]
@@ -65,6 +66,11 @@ def test_cuda_ingest_equals_cpu_ingest(kind: str) -> None:
                 if gpu_ing.generations == cpu_ing.generations:
                     break
             gpu_ing.wait_before_sampling()
+            # A consumer publishes its read cursor lazily, once its copy-out event has completed (Note
+            # [CUDA-IPC ring ordering]); the next chunk's pushes need that room, so publish it now.
+            gpu_ing.wait_ingest()
+            for c in consumers:
+                c.flush()
         gpu_ing.wait_ingest()
         for a, b in zip(_contents(cpu_ing.buffer), _contents(gpu_ing.buffer), strict=True):
             assert torch.equal(a, b.to(a.dtype))
