@@ -3,11 +3,20 @@
 Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 14] [--envs 1024]
        [--envs-per-collector 32]
        [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
-       [--parts scaling learner inference]
+       [--parts scaling learner inference] [--no-ceiling]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that drains and runs one small update per gstep (learner_bound,
-  tiny networks), measured over ``--seconds`` after boot, with the learner's learn_pct.
+  tiny networks), measured over ``--seconds`` after boot, with the learner's learn_pct. Each N first
+  measures its ceiling on the same CPUs just before: N bare processes stepping the same env shard
+  with random actions, no learner and no transport (``--no-ceiling`` skips it). ``/ ceiling`` is
+  then the pipeline's own efficiency, apart from how the machine's cores slow down under load. The
+  collectors act randomly too (``learning_starts`` is never reached, so the learner only drains):
+  MuJoCo's step cost depends on the actions, up to 2x between random and saturated ones, and a
+  changing policy would make every N simulate a different workload (the inference part measures the
+  policy's own cost). The pipeline assembles generations (one slot from every collector), so over a
+  long run every collector goes at the slowest one's pace: ``lockstep`` is N x the slowest bare
+  process, the ceiling of that design on cores that are not uniform.
 * learner: updates/s of the ``humanoid`` task's ``FastSACAgent.update`` chunks alone against the same
   loop draining a host ring before every chunk while a producer process keeps it full (the ingest overhead).
 * inference: ms per collector policy call on CPU and on CUDA for the per-collector batch of
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -67,7 +77,7 @@ def scaling(
     factory = MujocoEnvFactory(env_id=task)
     agent = FastSACConfig(
         actor_hidden_dim=64, critic_hidden_dim=64, num_atoms=11, batch_size=envs, buffer_size=16,
-        num_updates=1, learning_starts=2, compile=False, cudagraphs=False, amp=False,
+        num_updates=1, learning_starts=10**9, compile=False, cudagraphs=False, amp=False,
     )  # fmt: skip
     ticks: list[EngineStats] = []
     with tempfile.TemporaryDirectory(prefix="async_scaling_") as run_dir:
@@ -75,7 +85,7 @@ def scaling(
             topology=_pinned_topology(envs, collectors, device),
             env_factory=factory, dims=probe_dims(factory), agent=agent,
             options=AsyncOptions(num_collectors=collectors, utd_mode="learner_bound",
-                                 collector_inference_device="cpu", ring_capacity=8),
+                                 collector_inference_device="cpu"),
             seed=0, num_iterations=10**9, logging_interval=5, save_interval=0, run_dir=Path(run_dir),
             time_limit_s=seconds,
         )  # fmt: skip
@@ -86,7 +96,49 @@ def scaling(
     stages = sorted({k for t in late for k in t.summary.timing_ms})
     timing = {k: sum(t.summary.timing_ms.get(k, 0.0) for t in late) / len(late) for k in stages}
     wait_pct = sum(t.summary.time_pct.get("wait", 0.0) for t in late) / len(late)
+    # Each collector's mean env step: how far the fastest and the slowest core are apart.
+    own = [[t.collectors[i].timing_ms["env_step"] for t in late if "env_step" in t.collectors[i].timing_ms]
+           for i in range(collectors)]  # fmt: skip
+    means = [sum(v) / len(v) for v in own if v]
+    timing["env_step_fastest"], timing["env_step_slowest"] = min(means), max(means)
     return rate, learn, wait_pct, timing
+
+
+def _bare_steps(task: str, envs: int, cpu: int | None, seconds: float, out: mp.Queue[float]) -> None:
+    """One ceiling process: step ``envs`` envs with random actions; put env steps/s over the last 2/3."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    torch.set_num_threads(1)
+    env = MujocoEnvFactory(env_id=task)(envs, 0)
+    env.reset()
+    start = time.perf_counter()
+    measured_from, steps = start + seconds / 3, 0
+    while (now := time.perf_counter()) < start + seconds:
+        env.step(env.sample_actions())
+        if now >= measured_from:
+            steps += envs
+    out.put(steps / (seconds * 2 / 3))
+
+
+def ceiling(task: str, collectors: int, envs: int, seconds: float, device: str) -> list[float]:
+    """Env steps/s of each of ``collectors`` bare env processes on the CPUs the pipeline's collectors get."""
+    placements = _pinned_topology(envs, collectors, device).collectors
+    ctx = mp.get_context("spawn")
+    out: mp.Queue[float] = ctx.Queue()
+    procs = [
+        ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus[0] if p.cpus else None,
+                                              seconds, out), daemon=True)
+        for p in placements
+    ]  # fmt: skip
+    for proc in procs:
+        proc.start()
+    try:
+        return [out.get(timeout=seconds + 120) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
 
 
 def _produce(handle: HostRingHandle, envs: int, dims: EnvDims, stop: EventType) -> None:
@@ -195,6 +247,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--learner-seconds", type=float, default=10.0, help="each phase of the learner part")
     parser.add_argument("--parts", nargs="+", default=["scaling", "learner", "inference"])
+    parser.add_argument("--no-ceiling", action="store_true", help="scaling without its bare-process ceiling")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads of the learner/inference parts (workers use 1)"
     )
@@ -205,14 +258,25 @@ def main() -> None:
         per = args.envs_per_collector
         print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
-        header = f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'learn_pct':>9} {'wait %':>6}"
-        print(header + "  collector ms per stage occurrence")
+        header = (
+            f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'/ N':>5} {'ceiling':>8} {'/ ceiling':>9}"
+        )
+        print(
+            header
+            + f" {'lockstep':>8} {'/ lockstep':>10} {'learn_pct':>9} {'wait %':>6}  collector ms per stage"
+        )
         base = None
         for n in args.collectors:
-            rate, learn, wait_pct, timing = scaling(args.task, n, per * n, args.seconds, args.device)
+            envs = per * n
+            bare = [math.nan] if args.no_ceiling else ceiling(args.task, n, envs, args.seconds, args.device)
+            top, lockstep = sum(bare), n * min(bare)
+            bare_ms = f"bare env_step {1e3 * per / max(bare):.2f}..{1e3 * per / min(bare):.2f}"
+            rate, learn, wait_pct, timing = scaling(args.task, n, envs, args.seconds, args.device)
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
-            print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {learn:>9.1f} {wait_pct:>6.1f}  {stages}")
+            print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {rate / base / n:>5.2f} {top:>8.0f} "
+                  f"{rate / top:>9.2f} {lockstep:>8.0f} {rate / lockstep:>10.2f} {learn:>9.1f} "
+                  f"{wait_pct:>6.1f}  {stages} {bare_ms}", flush=True)  # fmt: skip
     if "learner" in args.parts:
         plain, ingesting, per_chunk = learner_overhead(args.device, args.learner_seconds)
         print(f"\nlearner on {args.device}, task humanoid (448 envs, batch 7168), chunks of 8 updates: "

@@ -54,6 +54,6 @@ if [[ $what == bench || $what == all ]]; then
 fi
 if [[ $what == scaling || $what == all ]]; then
   # Emulate the 16-core machine: every process of the benchmark stays on CPUs 0-15.
-  step scaling timeout 400 taskset -c 0-15 python3 benchmarks/async_scaling.py --device cuda \
+  step scaling timeout 480 taskset -c 0-15 python3 benchmarks/async_scaling.py --device cuda \
     --collectors 1 2 4 8 14 --seconds 20
 fi
