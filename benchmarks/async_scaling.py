@@ -3,7 +3,7 @@
 Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 14] [--envs 1024]
        [--envs-per-collector 32]
        [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
-       [--parts scaling learner inference] [--no-ceiling]
+       [--parts scaling learner inference] [--no-ceiling] [--bare-sleep-ms 0]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that drains and runs one small update per gstep (learner_bound,
@@ -16,7 +16,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   changing policy would make every N simulate a different workload (the inference part measures the
   policy's own cost). The pipeline assembles generations (one slot from every collector), so over a
   long run every collector goes at the slowest one's pace: ``lockstep`` is N x the slowest bare
-  process, the ceiling of that design on cores that are not uniform.
+  process, the ceiling of that design on cores that are not uniform. ``--bare-sleep-ms`` makes the
+  bare processes idle after each step, as waiting collectors do, to see whether idling slows the step.
 * learner: updates/s of the ``humanoid`` task's ``FastSACAgent.update`` chunks alone against the same
   loop draining a host ring before every chunk while a producer process keeps it full (the ingest overhead).
 * inference: ms per collector policy call on CPU and on CUDA for the per-collector batch of
@@ -104,30 +105,40 @@ def scaling(
     return rate, learn, wait_pct, timing
 
 
-def _bare_steps(task: str, envs: int, cpu: int | None, seconds: float, out: mp.Queue[float]) -> None:
-    """One ceiling process: step ``envs`` envs with random actions; put env steps/s over the last 2/3."""
+def _bare_steps(
+    task: str, envs: int, cpu: int | None, seconds: float, sleep_ms: float, out: mp.Queue[tuple[float, float]]
+) -> None:
+    """One ceiling process: step ``envs`` envs with random actions, sleeping ``sleep_ms`` after each step.
+
+    Puts (env steps/s, mean ms inside ``env.step``) over the last 2/3 of ``seconds``.
+    """
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(1)
     env = MujocoEnvFactory(env_id=task)(envs, 0)
     env.reset()
     start = time.perf_counter()
-    measured_from, steps = start + seconds / 3, 0
+    measured_from, steps, in_step = start + seconds / 3, 0, 0.0
     while (now := time.perf_counter()) < start + seconds:
         env.step(env.sample_actions())
         if now >= measured_from:
-            steps += envs
-    out.put(steps / (seconds * 2 / 3))
+            steps += 1
+            in_step += time.perf_counter() - now
+        if sleep_ms > 0:
+            time.sleep(sleep_ms / 1e3)
+    out.put((steps * envs / (seconds * 2 / 3), 1e3 * in_step / max(1, steps)))
 
 
-def ceiling(task: str, collectors: int, envs: int, seconds: float, device: str) -> list[float]:
-    """Env steps/s of each of ``collectors`` bare env processes on the CPUs the pipeline's collectors get."""
+def ceiling(
+    task: str, collectors: int, envs: int, seconds: float, device: str, sleep_ms: float = 0.0
+) -> list[tuple[float, float]]:
+    """(env steps/s, env_step ms) of each of ``collectors`` bare processes on the collectors' CPUs."""
     placements = _pinned_topology(envs, collectors, device).collectors
     ctx = mp.get_context("spawn")
-    out: mp.Queue[float] = ctx.Queue()
+    out: mp.Queue[tuple[float, float]] = ctx.Queue()
     procs = [
         ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus[0] if p.cpus else None,
-                                              seconds, out), daemon=True)
+                                              seconds, sleep_ms, out), daemon=True)
         for p in placements
     ]  # fmt: skip
     for proc in procs:
@@ -249,6 +260,10 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["scaling", "learner", "inference"])
     parser.add_argument("--no-ceiling", action="store_true", help="scaling without its bare-process ceiling")
     parser.add_argument(
+        "--bare-sleep-ms", type=float, default=0.0,
+        help="ceiling processes sleep this long after each step (does idling slow the next step?)",
+    )  # fmt: skip
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads of the learner/inference parts (workers use 1)"
     )
     args = parser.parse_args()
@@ -268,9 +283,14 @@ def main() -> None:
         base = None
         for n in args.collectors:
             envs = per * n
-            bare = [math.nan] if args.no_ceiling else ceiling(args.task, n, envs, args.seconds, args.device)
-            top, lockstep = sum(bare), n * min(bare)
-            bare_ms = f"bare env_step {1e3 * per / max(bare):.2f}..{1e3 * per / min(bare):.2f}"
+            bare = (
+                [(math.nan, math.nan)]
+                if args.no_ceiling
+                else ceiling(args.task, n, envs, args.seconds, args.device, args.bare_sleep_ms)
+            )
+            rates, step_ms = [r for r, _ in bare], [ms for _, ms in bare]
+            top, lockstep = sum(rates), n * min(rates)
+            bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f}"
             rate, learn, wait_pct, timing = scaling(args.task, n, envs, args.seconds, args.device)
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
