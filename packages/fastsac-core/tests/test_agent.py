@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 import torch
 
@@ -139,13 +141,16 @@ def test_config_errors_name_the_setting() -> None:
 
 @pytest.mark.gpu
 def test_compiled_cuda_steps_match_eager() -> None:
-    """On CUDA the compiled (CUDA-graph) update matches the eager one on the same data and noise (fp32)."""
+    """On CUDA the compiled update with per-region CUDA graphs matches plain eager steps (fp32).
+
+    (Whole-step graphs, the default scope, are checked against eager steps in test_step_graph.py.)
+    """
     from fastsac_core.testing import random_batch, random_noise
 
     results = []
     for compile_ in (False, True):
         torch.manual_seed(0)
-        cfg = tiny_config(compile=compile_, cudagraphs=True, amp=False)
+        cfg = tiny_config(compile=compile_, cudagraphs=compile_, cudagraph_scope="regions", amp=False)
         agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
         g = torch.Generator().manual_seed(1)
         for _ in range(3):
@@ -158,10 +163,11 @@ def test_compiled_cuda_steps_match_eager() -> None:
 
 
 @pytest.mark.gpu
-def test_bf16_compiled_update_runs_and_policy_on_cuda() -> None:
-    """The default CUDA path (compile, CUDA graphs, bf16) trains finitely; a CUDA policy acts in bounds."""
+@pytest.mark.parametrize("scope", ["step", "regions"])
+def test_bf16_compiled_update_runs_and_policy_on_cuda(scope: Literal["regions", "step"]) -> None:
+    """Compiled bf16 updates with CUDA graphs of either scope train finitely; a CUDA policy acts in bounds."""
     torch.manual_seed(0)
-    cfg = tiny_config(compile=True, cudagraphs=True, amp=True)
+    cfg = tiny_config(compile=True, cudagraphs=True, cudagraph_scope=scope, amp=True)
     agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
     _fill(agent, 20, seed=6)
     for _ in range(5):
