@@ -8,12 +8,14 @@ sampling and normalisation.
     uv run --frozen python benchmarks/learner_updates.py                      # whatever device is present
     uv run --frozen python benchmarks/learner_updates.py --batch-sizes 1024 --calls 2 --threads 2
     uv run --frozen python benchmarks/learner_updates.py --task humanoid --batch-sizes 7168  # headline's
-    uv run --frozen python benchmarks/learner_updates.py --modes compiled step eager-step     # graph scopes
+    uv run --frozen python benchmarks/learner_updates.py --modes compiled step eager-step step-prep
 
 ``--task`` takes that task's agent settings instead (e.g. humanoid: policy_frequency 2), so the figure
-compares with a trainer run of the task. ``--modes`` (see ``MODES``): ``compiled`` is the default
-training path; ``step`` and ``eager-step`` capture each whole step as one CUDA graph (on CPU there are
-no graphs: ``step`` runs like ``compiled``, ``eager-step`` like ``eager``).
+compares with a trainer run of the task. ``--modes`` (see ``MODES``): ``step`` is the default training
+path, each whole step captured as one CUDA graph (``eager-step``: around the eager step); ``compiled``
+replays one graph per compiled region (``cudagraph_scope=regions``); on CPU there are no graphs
+(``step`` runs like ``compiled``, ``eager-step`` like ``eager``). ``step-prep`` also compiles the batch
+preparation.
 """
 
 from __future__ import annotations
@@ -50,14 +52,18 @@ def machine() -> str:
     )
 
 
-MODES: dict[str, tuple[bool, bool, Literal["regions", "step"]]] = {  # compile, CUDA graphs, graph scope
-    "eager": (False, False, "regions"),
-    "compiled": (True, True, "regions"),
-    "step": (True, True, "step"),
-    "eager-step": (False, True, "step"),
+MODES: dict[str, tuple[bool, bool, Literal["regions", "step"], bool]] = {
+    # compile, CUDA graphs, graph scope, compiled batch preparation
+    "eager": (False, False, "regions", False),
+    "compiled": (True, True, "regions", False),
+    "step": (True, True, "step", False),
+    "eager-step": (False, True, "step", False),
+    "step-prep": (True, True, "step", True),
 }
 """``compiled``: torch.compile's CUDA graphs per compiled region; ``step``/``eager-step``: each whole
-step captured as one CUDA graph around the compiled/eager step (fastsac_core Note [Whole-step graphs])."""
+step captured as one CUDA graph around the compiled/eager step (fastsac_core Note [Whole-step graphs]);
+``step-prep``: ``step`` with the batch preparation (normalizer statistics, normalisation) compiled too,
+an experiment the agent does not yet run by default."""
 
 
 def build(
@@ -65,7 +71,7 @@ def build(
 ) -> FastSACAgent:
     # A task's agent settings (policy_frequency, value range, ...) as a trainer run of it uses them.
     base = TASKS[task].agent_config() if task is not None else FastSACConfig(gamma=0.99)
-    compiled, cudagraphs, scope = MODES[mode]
+    compiled, cudagraphs, scope, compiled_prep = MODES[mode]
     cfg = dataclasses.replace(
         base, batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs,
         cudagraph_scope=scope, amp=amp,
@@ -74,6 +80,8 @@ def build(
     if compiled and device == "cpu":
         # The agent compiles on CUDA only; the benchmark also measures inductor on CPU.
         agent._critic_fn, agent._actor_fn = agent._build_step_functions(True)
+    if compiled_prep:
+        agent._accumulate_fn, agent._normalize_fn = agent._build_prepare_functions(True)
     n = num_envs
     for _ in range(64):
         agent.buffer.extend(
@@ -131,7 +139,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8192, 1024])
     parser.add_argument("--num-envs", type=int, default=None, help="default: 1024 on CUDA, 64 on CPU")
-    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=sorted(MODES))
+    parser.add_argument("--modes", nargs="+", default=["eager", "step"], choices=sorted(MODES))
     parser.add_argument("--calls", type=int, default=None, help="timed update() calls (8 updates each)")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")

@@ -181,3 +181,26 @@ def test_bf16_compiled_update_runs_and_policy_on_cuda(scope: Literal["regions", 
         torch.tensor(TINY_DIMS.action_high, device="cuda"),
     )
     assert bool(((actions >= low) & (actions <= high)).all())
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_compiled_batch_preparation_matches_eager(device: str) -> None:
+    """Compiled batch preparation (normalizer statistics, normalisation) traces whole and equals eager."""
+    from fastsac_core.testing import random_batch
+
+    eager = FastSACAgent(TINY_DIMS, tiny_config(), device, num_envs=4)
+    compiled = FastSACAgent(TINY_DIMS, tiny_config(), device, num_envs=4)
+    compiled._accumulate_fn, compiled._normalize_fn = compiled._build_prepare_functions(True)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(3):  # the statistics move between calls: each call normalises with the merged ones
+        batch = random_batch(128, TINY_DIMS, g)
+        expected, got = eager.prepare(batch), compiled.prepare(batch)
+        for name in ("obs", "next_obs", "critic_obs", "next_critic_obs"):
+            torch.testing.assert_close(getattr(got, name), getattr(expected, name))
+    for a, b in zip(eager.obs_normalizer.buffers(), compiled.obs_normalizer.buffers(), strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(
+        eager.critic_obs_normalizer.buffers(), compiled.critic_obs_normalizer.buffers(), strict=True
+    ):
+        torch.testing.assert_close(a, b)
+    assert float(compiled.obs_normalizer.count) == 3 * 128

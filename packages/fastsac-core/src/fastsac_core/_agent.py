@@ -205,6 +205,8 @@ class FastSACAgent:
 
         self.scaler = torch.amp.GradScaler("cuda", enabled=fp16_scaling)
         self._critic_fn, self._actor_fn = self._build_step_functions(cuda and cfg.compile)
+        # Eager until measured on a GPU: benchmarks/learner_updates.py --modes step-prep compiles them.
+        self._accumulate_fn, self._normalize_fn = self._build_prepare_functions(False)
         zero = torch.zeros((), device=self.device)
         self._last_actor_metrics = (zero, zero.clone())
 
@@ -220,6 +222,22 @@ class FastSACAgent:
         if self._step_graphs:
             critic, actor = StepGraph(critic, self.device), StepGraph(actor, self.device)
         return critic, actor
+
+    def _build_prepare_functions(
+        self, compile_prepare: bool
+    ) -> tuple[Callable[[Tensor, Tensor], None], Callable[..., tuple[Tensor, ...]]]:
+        """The batch preparation's two halves around the normalizer merge, eager or compiled.
+
+        Eagerly, the normalizers' statistics and the normalisation are a dozen memory-bound passes
+        over the sampled rows (float64 temporaries included); compiled, each half fuses into a few
+        kernels. ``fullgraph``: a graph break raises instead of silently running pieces eagerly.
+        """
+        accumulate: Callable[[Tensor, Tensor], None] = self._accumulate_obs
+        normalize: Callable[..., tuple[Tensor, ...]] = self._normalize_obs
+        if compile_prepare:
+            accumulate = torch.compile(accumulate, fullgraph=True)
+            normalize = torch.compile(normalize, fullgraph=True)
+        return accumulate, normalize
 
     def _reset_step_graphs(self) -> None:
         """Captured steps refer to tensors a load replaced: capture again (Note [Whole-step graphs])."""
@@ -347,14 +365,28 @@ class FastSACAgent:
     def prepare(self, batch: Batch) -> Batch:
         """Update the normalizers with the batch's observations (merged over ranks) and normalise it."""
         batch = batch.to(self.device, non_blocking=True)
-        self.obs_normalizer.accumulate(batch.obs)
-        self.critic_obs_normalizer.accumulate(batch.critic_obs)
+        self._accumulate_fn(batch.obs, batch.critic_obs)
         sync_normalizer_stats([self.obs_normalizer, self.critic_obs_normalizer], self.process_group)
+        obs, next_obs, critic_obs, next_critic_obs = self._normalize_fn(
+            batch.obs, batch.next_obs, batch.critic_obs, batch.next_critic_obs
+        )
         return batch._replace(
-            obs=self.obs_normalizer.normalize(batch.obs),
-            next_obs=self.obs_normalizer.normalize(batch.next_obs),
-            critic_obs=self.critic_obs_normalizer.normalize(batch.critic_obs),
-            next_critic_obs=self.critic_obs_normalizer.normalize(batch.next_critic_obs),
+            obs=obs, next_obs=next_obs, critic_obs=critic_obs, next_critic_obs=next_critic_obs
+        )
+
+    def _accumulate_obs(self, obs: Tensor, critic_obs: Tensor) -> None:
+        self.obs_normalizer.accumulate(obs)
+        self.critic_obs_normalizer.accumulate(critic_obs)
+
+    def _normalize_obs(
+        self, obs: Tensor, next_obs: Tensor, critic_obs: Tensor, next_critic_obs: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        actor, critic = self.obs_normalizer, self.critic_obs_normalizer
+        return (
+            actor.normalize(obs),
+            actor.normalize(next_obs),
+            critic.normalize(critic_obs),
+            critic.normalize(next_critic_obs),
         )
 
     def update(self, num_updates: int) -> dict[str, Tensor]:
