@@ -3,7 +3,8 @@
 Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 14] [--envs 1024]
        [--envs-per-collector 32]
        [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
-       [--parts scaling learner inference] [--no-ceiling] [--bare-sleep-ms 0]
+       [--parts scaling ceiling learner inference] [--no-ceiling]
+       [--bare-sleep-ms 0] [--bare-bind] [--bare-load]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that drains and runs one small update per gstep (learner_bound,
@@ -16,8 +17,10 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   changing policy would make every N simulate a different workload (the inference part measures the
   policy's own cost). The pipeline assembles generations (one slot from every collector), so over a
   long run every collector goes at the slowest one's pace: ``lockstep`` is N x the slowest bare
-  process, the ceiling of that design on cores that are not uniform. ``--bare-sleep-ms`` makes the
-  bare processes idle after each step, as waiting collectors do, to see whether idling slows the step.
+  process, the ceiling of that design on cores that are not uniform. ``--bare-sleep-ms``, ``--bare-bind``
+  and ``--bare-load`` give the bare processes one condition of a collector each (idling after each
+  step, numa_bind's CPU and memory binding, busy learner CPUs), to find what slows a collector's step.
+* ceiling: only the bare processes of each N, under the ``--bare-*`` conditions (cheap diagnostics).
 * learner: updates/s of the ``humanoid`` task's ``FastSACAgent.update`` chunks alone against the same
   loop draining a host ring before every chunk while a producer process keeps it full (the ingest overhead).
 * inference: ms per collector policy call on CPU and on CUDA for the per-collector batch of
@@ -42,7 +45,7 @@ import torch
 
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, Ingestor, run_engine
 from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
-from numa_bind import discover_host
+from numa_bind import bind_current_process, discover_host
 from shm_transport import HostRing, HostRingHandle, transition_layout
 from topology import TrainerTopology, resolve_trainer_topology
 from trainer.tasks import TASKS, MujocoEnvFactory, probe_dims
@@ -105,14 +108,29 @@ def scaling(
     return rate, learn, wait_pct, timing
 
 
+@dataclasses.dataclass(frozen=True)
+class BareConditions:
+    """What the ceiling's bare processes share with a pipeline's collectors, to find what slows them."""
+
+    sleep_ms: float = 0.0
+    """Idle this long after each step, as a waiting collector does."""
+    bind: bool = False
+    """Bind CPU and memory with numa_bind as a collector does (memory policy included)."""
+    load: bool = False
+    """Keep the learner's CPUs busy meanwhile (one spinning process on each)."""
+
+
 def _bare_steps(
-    task: str, envs: int, cpu: int | None, seconds: float, sleep_ms: float, out: mp.Queue[tuple[float, float]]
-) -> None:
-    """One ceiling process: step ``envs`` envs with random actions, sleeping ``sleep_ms`` after each step.
+    task: str, envs: int, cpu: int | None, node: int | None, seconds: float, cond: BareConditions,
+    out: mp.Queue[tuple[float, float]],
+) -> None:  # fmt: skip
+    """One ceiling process: step ``envs`` envs with random actions under ``cond``.
 
     Puts (env steps/s, mean ms inside ``env.step``) over the last 2/3 of ``seconds``.
     """
-    if cpu is not None:
+    if cond.bind:
+        bind_current_process(cpus=None if cpu is None else [cpu], nodes=None if node is None else [node])
+    elif cpu is not None:
         os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(1)
     env = MujocoEnvFactory(env_id=task)(envs, 0)
@@ -124,27 +142,38 @@ def _bare_steps(
         if now >= measured_from:
             steps += 1
             in_step += time.perf_counter() - now
-        if sleep_ms > 0:
-            time.sleep(sleep_ms / 1e3)
+        if cond.sleep_ms > 0:
+            time.sleep(cond.sleep_ms / 1e3)
     out.put((steps * envs / (seconds * 2 / 3), 1e3 * in_step / max(1, steps)))
 
 
+def _spin(cpu: int, seconds: float) -> None:
+    """Keep one CPU busy for ``seconds`` (a stand-in for a learner's busy thread)."""
+    os.sched_setaffinity(0, {cpu})
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def ceiling(
-    task: str, collectors: int, envs: int, seconds: float, device: str, sleep_ms: float = 0.0
+    task: str, collectors: int, envs: int, seconds: float, device: str, cond: BareConditions
 ) -> list[tuple[float, float]]:
     """(env steps/s, env_step ms) of each of ``collectors`` bare processes on the collectors' CPUs."""
-    placements = _pinned_topology(envs, collectors, device).collectors
+    topology = _pinned_topology(envs, collectors, device)
     ctx = mp.get_context("spawn")
     out: mp.Queue[tuple[float, float]] = ctx.Queue()
     procs = [
         ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus[0] if p.cpus else None,
-                                              seconds, sleep_ms, out), daemon=True)
-        for p in placements
+                                              p.numa_node, seconds, cond, out), daemon=True)
+        for p in topology.collectors
     ]  # fmt: skip
+    if cond.load:
+        learner_cpus = topology.learners[0].cpus or ()
+        procs += [ctx.Process(target=_spin, args=(c, seconds + 5), daemon=True) for c in learner_cpus]
     for proc in procs:
         proc.start()
     try:
-        return [out.get(timeout=seconds + 120) for _ in procs]
+        return [out.get(timeout=seconds + 120) for _ in topology.collectors]
     finally:
         for proc in procs:
             proc.join(timeout=10)
@@ -263,14 +292,17 @@ def main() -> None:
         "--bare-sleep-ms", type=float, default=0.0,
         help="ceiling processes sleep this long after each step (does idling slow the next step?)",
     )  # fmt: skip
+    parser.add_argument("--bare-bind", action="store_true", help="ceiling processes bind like collectors")
+    parser.add_argument("--bare-load", action="store_true", help="keep the learner's CPUs busy meanwhile")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads of the learner/inference parts (workers use 1)"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"machine: {_machine()}, {args.threads} torch thread(s) in this process")
+    conditions = BareConditions(sleep_ms=args.bare_sleep_ms, bind=args.bare_bind, load=args.bare_load)
+    per = args.envs_per_collector
     if "scaling" in args.parts:
-        per = args.envs_per_collector
         print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
         header = (
@@ -286,7 +318,7 @@ def main() -> None:
             bare = (
                 [(math.nan, math.nan)]
                 if args.no_ceiling
-                else ceiling(args.task, n, envs, args.seconds, args.device, args.bare_sleep_ms)
+                else ceiling(args.task, n, envs, args.seconds, args.device, conditions)
             )
             rates, step_ms = [r for r, _ in bare], [ms for _, ms in bare]
             top, lockstep = sum(rates), n * min(rates)
@@ -297,6 +329,13 @@ def main() -> None:
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {rate / base / n:>5.2f} {top:>8.0f} "
                   f"{rate / top:>9.2f} {lockstep:>8.0f} {rate / lockstep:>10.2f} {learn:>9.1f} "
                   f"{wait_pct:>6.1f}  {stages} {bare_ms}", flush=True)  # fmt: skip
+    if "ceiling" in args.parts:  # the bare processes alone, under the chosen conditions
+        print(f"\nbare {args.task} processes, {per} envs each, {args.seconds:g} s, {conditions}")
+        for n in args.collectors:
+            bare = ceiling(args.task, n, per * n, args.seconds, args.device, conditions)
+            rates, step_ms = [r for r, _ in bare], [ms for _, ms in bare]
+            print(f"{n:>10} {sum(rates):>12.0f}  lockstep {n * min(rates):.0f}  "
+                  f"env_step {min(step_ms):.2f}..{max(step_ms):.2f} ms", flush=True)  # fmt: skip
     if "learner" in args.parts:
         plain, ingesting, per_chunk = learner_overhead(args.device, args.learner_seconds)
         print(f"\nlearner on {args.device}, task humanoid (448 envs, batch 7168), chunks of 8 updates: "
