@@ -7,8 +7,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
        [--bare-sleep-ms 0] [--bare-bind] [--bare-load]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
-  on ``--device`` (two CPUs of its own) that drains and runs one small update per gstep (learner_bound,
-  tiny networks), measured over ``--seconds`` after boot, with the learner's learn_pct. Each N first
+  on ``--device`` (two CPUs of its own) that only drains (tiny networks, ``learning_starts`` never
+  reached), measured over ``--seconds`` after boot, with the collectors' wait share. Each N first
   measures its ceiling on the same CPUs just before: N bare processes stepping the same env shard
   with random actions, no learner and no transport (``--no-ceiling`` skips it). ``/ ceiling`` is
   then the pipeline's own efficiency, apart from how the machine's cores slow down under load. The
@@ -35,6 +35,7 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import queue
 import tempfile
 import time
 from multiprocessing.process import BaseProcess
@@ -70,10 +71,10 @@ def _pinned_topology(envs: int, collectors: int, device: str) -> TrainerTopology
 
 def scaling(
     task: str, collectors: int, envs: int, seconds: float, device: str
-) -> tuple[float, float, float, dict[str, float]]:
-    """Env steps/s, learner learn_pct, collectors' wait share and ms per stage occurrence, N collectors.
+) -> tuple[float, float, dict[str, float]]:
+    """Env steps/s, collectors' wait share and ms per stage occurrence, N collectors.
 
-    ``collectors`` pinned CPU collectors and a learner on ``device``.
+    ``collectors`` pinned CPU collectors, acting randomly, and a learner on ``device`` that drains.
 
     Each collector has a CPU of its own and the learner up to two others (``cpus_per_collector=1``), as in
     a real run: an unpinned learner would compete with the collectors for their cores.
@@ -96,16 +97,15 @@ def scaling(
         run_engine(spec, ticks.append)
     late = [t for t in ticks if t.elapsed_s > seconds / 3] or ticks
     rate = sum(t.summary.steps_per_s for t in late) / max(1, len(late))
-    learn = sum(t.learners[0].learn_pct for t in late) / max(1, len(late))
     stages = sorted({k for t in late for k in t.summary.timing_ms})
     timing = {k: sum(t.summary.timing_ms.get(k, 0.0) for t in late) / len(late) for k in stages}
     wait_pct = sum(t.summary.time_pct.get("wait", 0.0) for t in late) / len(late)
     # Each collector's mean env step: how far the fastest and the slowest core are apart.
-    own = [[t.collectors[i].timing_ms["env_step"] for t in late if "env_step" in t.collectors[i].timing_ms]
+    own = [[c.timing_ms["env_step"] for t in late if (c := t.collectors.get(i)) and "env_step" in c.timing_ms]
            for i in range(collectors)]  # fmt: skip
-    means = [sum(v) / len(v) for v in own if v]
+    means = [sum(v) / len(v) for v in own if v] or [math.nan]
     timing["env_step_fastest"], timing["env_step_slowest"] = min(means), max(means)
-    return rate, learn, wait_pct, timing
+    return rate, wait_pct, timing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +147,12 @@ def _bare_steps(
     out.put((steps * envs / (seconds * 2 / 3), 1e3 * in_step / max(1, steps)))
 
 
-def _spin(cpu: int, seconds: float) -> None:
-    """Keep one CPU busy for ``seconds`` (a stand-in for a learner's busy thread)."""
+def _spin(cpu: int, stop: EventType) -> None:
+    """Keep one CPU busy until ``stop`` is set (a stand-in for a learner's busy thread)."""
     os.sched_setaffinity(0, {cpu})
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+    while not stop.is_set():
+        for _ in range(10_000):
+            pass
 
 
 def ceiling(
@@ -162,23 +162,39 @@ def ceiling(
     topology = _pinned_topology(envs, collectors, device)
     ctx = mp.get_context("spawn")
     out: mp.Queue[tuple[float, float]] = ctx.Queue()
-    procs = [
+    stop = ctx.Event()
+    stepping = [
         ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus[0] if p.cpus else None,
                                               p.numa_node, seconds, cond, out), daemon=True)
         for p in topology.collectors
     ]  # fmt: skip
-    if cond.load:
-        learner_cpus = topology.learners[0].cpus or ()
-        procs += [ctx.Process(target=_spin, args=(c, seconds + 5), daemon=True) for c in learner_cpus]
-    for proc in procs:
-        proc.start()
+    spinning = [
+        ctx.Process(target=_spin, args=(c, stop), daemon=True)
+        for c in (topology.learners[0].cpus or () if cond.load else ())
+    ]
+    results: list[tuple[float, float]] = []
     try:
-        return [out.get(timeout=seconds + 120) for _ in topology.collectors]
+        for proc in stepping + spinning:
+            proc.start()
+        deadline = time.monotonic() + seconds + 120
+        while len(results) < len(stepping):
+            try:
+                results.append(out.get(timeout=1.0))
+            except queue.Empty:
+                failed = [p.exitcode for p in stepping if p.exitcode not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"bare processes did not report (exit codes {failed}, {len(results)} of "
+                        f"{len(stepping)} reported)"
+                    ) from None
+        return results
     finally:
-        for proc in procs:
+        stop.set()
+        for proc in stepping + spinning:
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
+                proc.join(timeout=5)
 
 
 def _produce(handle: HostRingHandle, envs: int, dims: EnvDims, stop: EventType) -> None:
@@ -308,10 +324,7 @@ def main() -> None:
         header = (
             f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'/ N':>5} {'ceiling':>8} {'/ ceiling':>9}"
         )
-        print(
-            header
-            + f" {'lockstep':>8} {'/ lockstep':>10} {'learn_pct':>9} {'wait %':>6}  collector ms per stage"
-        )
+        print(header + f" {'lockstep':>8} {'/ lockstep':>10} {'wait %':>6}  collector ms per stage")
         base = None
         for n in args.collectors:
             envs = per * n
@@ -323,11 +336,11 @@ def main() -> None:
             rates, step_ms = [r for r, _ in bare], [ms for _, ms in bare]
             top, lockstep = sum(rates), n * min(rates)
             bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f}"
-            rate, learn, wait_pct, timing = scaling(args.task, n, envs, args.seconds, args.device)
+            rate, wait_pct, timing = scaling(args.task, n, envs, args.seconds, args.device)
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {rate / base / n:>5.2f} {top:>8.0f} "
-                  f"{rate / top:>9.2f} {lockstep:>8.0f} {rate / lockstep:>10.2f} {learn:>9.1f} "
+                  f"{rate / top:>9.2f} {lockstep:>8.0f} {rate / lockstep:>10.2f} "
                   f"{wait_pct:>6.1f}  {stages} {bare_ms}", flush=True)  # fmt: skip
     if "ceiling" in args.parts:  # the bare processes alone, under the chosen conditions
         print(f"\nbare {args.task} processes, {per} envs each, {args.seconds:g} s, {conditions}")

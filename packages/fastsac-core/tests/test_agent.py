@@ -186,8 +186,12 @@ def test_bf16_compiled_update_runs_and_policy_on_cuda(scope: Literal["regions", 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_compiled_batch_preparation_matches_eager(device: str) -> None:
     """Compiled batch preparation (normalizer statistics, normalisation) traces whole and equals eager."""
+    from torch._dynamo.utils import counters
+
     from fastsac_core.testing import random_batch
 
+    torch._dynamo.reset()
+    counters.clear()
     eager = FastSACAgent(TINY_DIMS, tiny_config(), device, num_envs=4)
     compiled = FastSACAgent(TINY_DIMS, tiny_config(), device, num_envs=4)
     compiled._accumulate_fn, compiled._normalize_fn = compiled._build_prepare_functions(True)
@@ -204,3 +208,4 @@ def test_compiled_batch_preparation_matches_eager(device: str) -> None:
     ):
         torch.testing.assert_close(a, b)
     assert float(compiled.obs_normalizer.count) == 3 * 128
+    assert counters["stats"]["unique_graphs"] == 2  # each half traced once, whole (fullgraph)

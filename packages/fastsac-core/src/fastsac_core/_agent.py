@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 _PROFILER_NOTICE_LOGGER = "torch._dynamo.variables.ctx_manager"
 
+Observations = tuple[Tensor, Tensor, Tensor, Tensor]
+"""Normalised ``(obs, next_obs, critic_obs, next_critic_obs)``."""
+
 
 class _DropProfilerNotice(logging.Filter):
     """Drops dynamo's "Profiler record function ... will be ignored" notice (the optimizers' ranges)."""
@@ -225,7 +228,7 @@ class FastSACAgent:
 
     def _build_prepare_functions(
         self, compile_prepare: bool
-    ) -> tuple[Callable[[Tensor, Tensor], None], Callable[..., tuple[Tensor, ...]]]:
+    ) -> tuple[Callable[[Tensor, Tensor], None], Callable[[Tensor, Tensor, Tensor, Tensor], Observations]]:
         """The batch preparation's two halves around the normalizer merge, eager or compiled.
 
         Eagerly, the normalizers' statistics and the normalisation are a dozen memory-bound passes
@@ -233,7 +236,7 @@ class FastSACAgent:
         kernels. ``fullgraph``: a graph break raises instead of silently running pieces eagerly.
         """
         accumulate: Callable[[Tensor, Tensor], None] = self._accumulate_obs
-        normalize: Callable[..., tuple[Tensor, ...]] = self._normalize_obs
+        normalize: Callable[[Tensor, Tensor, Tensor, Tensor], Observations] = self._normalize_obs
         if compile_prepare:
             accumulate = torch.compile(accumulate, fullgraph=True)
             normalize = torch.compile(normalize, fullgraph=True)
@@ -380,7 +383,7 @@ class FastSACAgent:
 
     def _normalize_obs(
         self, obs: Tensor, next_obs: Tensor, critic_obs: Tensor, next_critic_obs: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    ) -> Observations:
         actor, critic = self.obs_normalizer, self.critic_obs_normalizer
         return (
             actor.normalize(obs),

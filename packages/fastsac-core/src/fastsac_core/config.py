@@ -85,9 +85,12 @@ class FastSACConfig:
 
     # Execution.
     compile: bool = True
-    """torch.compile the update steps on CUDA (ignored on CPU, where updates run eagerly)."""
+    """torch.compile the update steps on CUDA (ignored on CPU, where updates run eagerly). Without it,
+    ``cudagraph_scope=step`` still captures the eager step; for plain eager steps also set
+    ``cudagraphs=False``."""
     cudagraphs: bool = True
-    """Replay the update steps as CUDA graphs on CUDA (single rank, no fp16 loss scaling)."""
+    """Replay the update steps as CUDA graphs on CUDA (single rank, no fp16 loss scaling), as
+    ``cudagraph_scope`` says."""
     cudagraph_scope: Literal["regions", "step"] = "step"
     """What one CUDA graph covers: ``regions``, torch.compile's 'reduce-overhead' graphs, one per
     compiled region of a step (``compile`` required); ``step``, the whole step (forward, backward,
