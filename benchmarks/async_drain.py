@@ -8,7 +8,8 @@ CPU replay). ``ipc``: CUDA-IPC rings (slots already on the learner's GPU), drain
 
 For each env count and ring count it fills the rings with ``--slots`` slots (a run of slots, as the
 learner drains them), then times ``Ingestor.drain`` + the copy-stream event wait, and prints ms per
-batch (one env step of all envs) and per run. Humanoid-v5 sizes by default (obs 348, act 17).
+batch (one env step of all envs) and per run. Humanoid-v5 sizes by default (obs 348, act 17, the critic
+observing obs as for every gymnasium task; ``--own-critic-obs`` adds a 348-wide critic field).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def _machine() -> str:
 
 
 def bench(
-    envs: int, rings: int, slots: int, repeats: int, device: str, obs: int, act: int, transport: str
-) -> tuple[float, float]:
-    """Median ms per batch and per run of ``slots`` batches."""
+    envs: int, rings: int, slots: int, repeats: int, device: str, obs: int, critic: int | None, act: int,
+    transport: str,
+) -> tuple[float, float]:  # fmt: skip
+    """Median ms per batch and per run of ``slots`` batches (``critic=None``: the critic observes obs)."""
     width = envs // rings
-    layout = transition_layout(width, obs, obs, act)
+    layout = transition_layout(width, obs, critic, act)
     cursors: list[RingCursors] = []
     consumers: list[CudaIpcRing] = []
     host: list[HostRing] = []
@@ -49,14 +51,15 @@ def bench(
         host = [HostRing.create(layout, slots) for _ in range(rings)]
         producers = host
     try:
-        buffer = ReplayBuffer(envs, 256, obs, obs, act, device=device)
+        buffer = ReplayBuffer(envs, 256, obs, critic, act, device=device)
         ing = Ingestor(consumers or host, buffer, max_ingest_per_iter=slots)  # type: ignore[arg-type]
         flag = torch.zeros(width, dtype=torch.bool)
         fields = {
-            "obs": torch.randn(width, obs), "critic_obs": torch.randn(width, obs),
-            "actions": torch.randn(width, act), "rewards": torch.randn(width),
+            "obs": torch.randn(width, obs), "actions": torch.randn(width, act), "rewards": torch.randn(width),
             "dones": flag, "truncations": flag,
         }  # fmt: skip
+        if critic is not None:
+            fields["critic_obs"] = torch.randn(width, critic)
         times = []
         for i in range(repeats + 2):
             for ring in producers:
@@ -100,21 +103,27 @@ def main() -> None:
     parser.add_argument("--obs", type=int, default=348)
     parser.add_argument("--act", type=int, default=17)
     parser.add_argument("--transport", choices=["host", "ipc", "both"], default="both")
+    parser.add_argument(
+        "--own-critic-obs", action="store_true",
+        help="slots also carry a critic observation of obs width (as before critic_obs_is_obs)",
+    )  # fmt: skip
     args = parser.parse_args()
     transports = ["host", "ipc"] if args.transport == "both" else [args.transport]
     if not args.device.startswith("cuda"):
         transports = ["host"]
+    critic = args.obs if args.own_critic_obs else None
     print(
-        f"machine: {_machine()}; device {args.device}; obs {args.obs}, act {args.act}, {args.slots}-slot runs"
+        f"machine: {_machine()}; device {args.device}; obs {args.obs}, critic obs "
+        f"{critic or 'shared'}, act {args.act}, {args.slots}-slot runs"
     )
     print(f"{'transport':>9} {'envs':>6} {'rings':>5} {'ms/batch':>9} {'ms/run':>8} {'MB/run':>7}")
     for transport in transports:
         for envs in args.envs:
             for rings in args.rings:
                 per_batch, per_run = bench(
-                    envs, rings, args.slots, args.repeats, args.device, args.obs, args.act, transport
+                    envs, rings, args.slots, args.repeats, args.device, args.obs, critic, args.act, transport
                 )
-                mb = args.slots * envs * (2 * args.obs + args.act + 3) * 4 / 1e6
+                mb = args.slots * transition_layout(envs, args.obs, critic, args.act).slot_nbytes / 1e6
                 print(f"{transport:>9} {envs:>6} {rings:>5} {per_batch:>9.3f} {per_run:>8.3f} {mb:>7.1f}")
 
 

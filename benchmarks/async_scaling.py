@@ -45,9 +45,10 @@ from pathlib import Path
 import torch
 
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, Ingestor, run_engine
+from fastsac_async.spec import ring_layout
 from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
 from numa_bind import bind_current_process, discover_host
-from shm_transport import HostRing, HostRingHandle, transition_layout
+from shm_transport import HostRing, HostRingHandle
 from topology import TrainerTopology, resolve_trainer_topology
 from trainer.tasks import TASKS, MujocoEnvFactory, probe_dims
 
@@ -211,11 +212,13 @@ def _produce(handle: HostRingHandle, envs: int, dims: EnvDims, stop: EventType) 
 
 
 def _fields(envs: int, dims: EnvDims) -> dict[str, torch.Tensor]:
-    return {
+    """One slot of random transitions in the task's ring layout."""
+    fields = {
         "obs": torch.randn(envs, dims.obs_dim), "critic_obs": torch.randn(envs, dims.critic_obs_dim),
         "actions": torch.rand(envs, dims.act_dim) - 0.5, "rewards": torch.randn(envs),
         "dones": torch.zeros(envs, dtype=torch.bool), "truncations": torch.zeros(envs, dtype=torch.bool),
     }  # fmt: skip
+    return {name: fields[name] for name in ring_layout(dims, envs).names}
 
 
 def learner_overhead(device: str, seconds: float) -> tuple[float, float, float]:
@@ -235,7 +238,7 @@ def learner_overhead(device: str, seconds: float) -> tuple[float, float, float]:
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     producer: BaseProcess | None = None
-    ring = HostRing.create(transition_layout(envs, dims.obs_dim, dims.critic_obs_dim, dims.act_dim), 8)
+    ring = HostRing.create(ring_layout(dims, envs), 8)
     try:
         producer = ctx.Process(target=_produce, args=(ring.handle, envs, dims, stop), daemon=True)
         ing = Ingestor([ring], agent.buffer, 8)

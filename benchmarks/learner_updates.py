@@ -33,8 +33,10 @@ from fastsac_core import EnvDims, FastSACAgent, FastSACConfig
 from trainer.tasks import TASKS
 
 HUMANOID = EnvDims(
-    obs_dim=348, critic_obs_dim=348, act_dim=17, action_low=(-0.4,) * 17, action_high=(0.4,) * 17
-)
+    obs_dim=348, critic_obs_dim=348, act_dim=17, action_low=(-0.4,) * 17, action_high=(0.4,) * 17,
+    critic_obs_is_obs=True,
+)  # fmt: skip
+"""Humanoid-v5 as the trainer sees it: the critic observes the actor's obs (``--own-critic-obs``: not)."""
 
 
 def machine() -> str:
@@ -67,7 +69,7 @@ an experiment the agent does not yet run by default."""
 
 
 def build(
-    device: str, batch_size: int, num_envs: int, mode: str, amp: bool, task: str | None
+    device: str, batch_size: int, num_envs: int, mode: str, amp: bool, task: str | None, dims: EnvDims
 ) -> FastSACAgent:
     # A task's agent settings (policy_frequency, value range, ...) as a trainer run of it uses them.
     base = TASKS[task].agent_config() if task is not None else FastSACConfig(gamma=0.99)
@@ -76,7 +78,7 @@ def build(
         base, batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs,
         cudagraph_scope=scope, amp=amp,
     )  # fmt: skip
-    agent = FastSACAgent(HUMANOID, cfg, device, num_envs=num_envs)
+    agent = FastSACAgent(dims, cfg, device, num_envs=num_envs)
     if compiled and device == "cpu":
         # The agent compiles on CUDA only; the benchmark also measures inductor on CPU.
         agent._critic_fn, agent._actor_fn = agent._build_step_functions(True)
@@ -146,6 +148,10 @@ def main() -> None:
     parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA instead of bf16 autocast")
     parser.add_argument("--profile", type=int, default=0, help="then profile this many calls (host view)")
     parser.add_argument(
+        "--own-critic-obs", action="store_true",
+        help="store and normalise a critic observation of its own (as before critic_obs_is_obs)",
+    )  # fmt: skip
+    parser.add_argument(
         "--task",
         default=None,
         choices=sorted(TASKS),
@@ -166,10 +172,12 @@ def main() -> None:
         f"device={args.device} num_envs={num_envs} calls={calls}x8 updates warmup={warmup} amp={amp}"
         f" task={args.task or '(recipe defaults, policy_frequency 4)'}"
     )
+    dims = dataclasses.replace(HUMANOID, critic_obs_is_obs=False) if args.own_critic_obs else HUMANOID
+    print(f"critic observation: {'its own' if args.own_critic_obs else 'the actor obs (shared)'}")
     print("| batch | mode | updates/s | first call (s) |\n|---|---|---|---|")
     for batch_size in args.batch_sizes:
         for mode in args.modes:
-            agent = build(args.device, batch_size, num_envs, mode, not args.no_amp, args.task)
+            agent = build(args.device, batch_size, num_envs, mode, not args.no_amp, args.task, dims)
             rate, first = measure(agent, args.device, warmup, calls)
             print(f"| {batch_size} | {mode} | {rate:.1f} | {first:.1f} |", flush=True)
             if args.profile:

@@ -32,8 +32,9 @@ class Rings:
     def __init__(self) -> None:
         self.rings: list[HostRing] = []
 
-    def make(self, num_envs: int, capacity: int) -> HostRing:
-        ring = HostRing.create(transition_layout(num_envs, OBS, OBS + 1, ACT), capacity)
+    def make(self, num_envs: int, capacity: int, *, shared_obs: bool = False) -> HostRing:
+        critic = None if shared_obs else OBS + 1
+        ring = HostRing.create(transition_layout(num_envs, OBS, critic, ACT), capacity)
         self.rings.append(ring)
         return ring
 
@@ -55,33 +56,34 @@ def _push_steps(env: FakeBatchedEnv, ring: HostRing, steps: int) -> None:
     for _ in range(steps):
         actions = env.sample_actions()
         res = env.step(actions)
-        ok = ring.push(
-            {"obs": torch.from_numpy(obs), "critic_obs": torch.from_numpy(cobs),
-             "actions": torch.from_numpy(actions), "rewards": torch.from_numpy(res.rewards),
-             "dones": torch.from_numpy(res.terminated), "truncations": torch.from_numpy(res.truncated)}
-        )  # fmt: skip
+        fields = {
+            "obs": obs, "critic_obs": cobs, "actions": actions, "rewards": res.rewards,
+            "dones": res.terminated, "truncations": res.truncated,
+        }  # fmt: skip
+        ok = ring.push({name: torch.from_numpy(fields[name]) for name in ring.layout.names})
         assert ok
         obs, cobs = res.obs.copy(), res.critic_obs.copy()
 
 
-def _buffer(num_envs: int) -> ReplayBuffer:
-    return ReplayBuffer(num_envs, 64, OBS, OBS + 1, ACT)
+def _buffer(num_envs: int, *, shared_obs: bool = False) -> ReplayBuffer:
+    return ReplayBuffer(num_envs, 64, OBS, None if shared_obs else OBS + 1, ACT)
 
 
 def _storage(buffer: ReplayBuffer) -> list[torch.Tensor]:
     return [buffer.obs, buffer.critic_obs, buffer.actions, buffer.rewards, buffer.dones, buffer.truncations]
 
 
-def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(rings: Rings) -> None:
+@pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
+def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(rings: Rings, shared_obs: bool) -> None:
     """Three 2-env rings merged by generation leave byte-identical replay contents to one 6-env ring."""
     steps, shards = 20, 3
-    full_env = FakeBatchedEnv(6, seed=0)
-    full_ring = rings.make(6, 32)
+    full_env = FakeBatchedEnv(6, seed=0, shared_obs=shared_obs)
+    full_ring = rings.make(6, 32, shared_obs=shared_obs)
     _push_steps(full_env, full_ring, steps)
     # The same envs split into blocks: env block i of the full env == shard i (obs encode env index).
-    shard_rings = [rings.make(2, 8) for _ in range(shards)]
-    one = Ingestor([full_ring], _buffer(6), max_ingest_per_iter=5)
-    many = Ingestor(shard_rings, _buffer(6), max_ingest_per_iter=3)
+    shard_rings = [rings.make(2, 8, shared_obs=shared_obs) for _ in range(shards)]
+    one = Ingestor([full_ring], _buffer(6, shared_obs=shared_obs), max_ingest_per_iter=5)
+    many = Ingestor(shard_rings, _buffer(6, shared_obs=shared_obs), max_ingest_per_iter=3)
     while one.drain():
         pass
     # Shards: replay the full ring's slots into the shard rings, interleaved unevenly.
@@ -96,10 +98,14 @@ def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(rings: Rings) 
                 continue
             t = pushed[i]
             lo, hi = 2 * i, 2 * i + 2
+            names = ["obs", "critic_obs", "actions", "rewards", "dones", "truncations"]
             ok = shard_rings[i].push(
-                {name: truth[j][t, lo:hi] for j, name in enumerate(
-                    ["obs", "critic_obs", "actions", "rewards", "dones", "truncations"])}
-            )  # fmt: skip
+                {
+                    name: truth[j][t, lo:hi]
+                    for j, name in enumerate(names)
+                    if name in shard_rings[i].layout.names
+                }
+            )
             if ok:
                 pushed[i] += 1
             many.drain()

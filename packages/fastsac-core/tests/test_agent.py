@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Literal
 
 import pytest
 import torch
 
-from fastsac_core import ConfigError, EnvDims, FastSACAgent, InferencePolicy
+from fastsac_core import (
+    ConfigError,
+    EnvDims,
+    FastSACAgent,
+    InferencePolicy,
+    load_checkpoint,
+    save_checkpoint,
+)
 from fastsac_core.testing import TINY_DIMS, tiny_config
 
 BANDIT = EnvDims(obs_dim=2, critic_obs_dim=2, act_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
 BEST_ACTION = torch.tensor([0.5, -0.3])
+
+
+SHARED_DIMS = dataclasses.replace(TINY_DIMS, critic_obs_dim=TINY_DIMS.obs_dim, critic_obs_is_obs=True)
+"""TINY_DIMS for a critic that observes the actor's obs."""
 
 
 def _fill(agent: FastSACAgent, steps: int, seed: int) -> None:
@@ -184,7 +197,8 @@ def test_bf16_compiled_update_runs_and_policy_on_cuda(scope: Literal["regions", 
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_compiled_batch_preparation_matches_eager(device: str) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
+def test_compiled_batch_preparation_matches_eager(device: str, shared: bool) -> None:
     """Compiled batch preparation (normalizer statistics, normalisation) traces whole and equals eager."""
     from torch._dynamo.utils import counters
 
@@ -192,12 +206,13 @@ def test_compiled_batch_preparation_matches_eager(device: str) -> None:
 
     torch._dynamo.reset()
     counters.clear()
-    eager = FastSACAgent(TINY_DIMS, tiny_config(), device, num_envs=4)
-    compiled = FastSACAgent(TINY_DIMS, tiny_config(), device, num_envs=4)
+    dims = SHARED_DIMS if shared else TINY_DIMS
+    eager = FastSACAgent(dims, tiny_config(), device, num_envs=4)
+    compiled = FastSACAgent(dims, tiny_config(), device, num_envs=4)
     compiled._accumulate_fn, compiled._normalize_fn = compiled._build_prepare_functions(True)
     g = torch.Generator().manual_seed(3)
     for _ in range(3):  # the statistics move between calls: each call normalises with the merged ones
-        batch = random_batch(128, TINY_DIMS, g)
+        batch = random_batch(128, dims, g)
         expected, got = eager.prepare(batch), compiled.prepare(batch)
         for name in ("obs", "next_obs", "critic_obs", "next_critic_obs"):
             torch.testing.assert_close(getattr(got, name), getattr(expected, name))
@@ -209,3 +224,29 @@ def test_compiled_batch_preparation_matches_eager(device: str) -> None:
         torch.testing.assert_close(a, b)
     assert float(compiled.obs_normalizer.count) == 3 * 128
     assert counters["stats"]["unique_graphs"] == 2  # each half traced once, whole (fullgraph)
+
+
+def test_a_critic_that_observes_obs_shares_normalizer_and_storage(tmp_path: Path) -> None:
+    """critic_obs_is_obs: one normalizer fed once, critic fields = obs fields, trains, checkpoints."""
+    agent = FastSACAgent(SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
+    assert agent.critic_obs_normalizer is agent.obs_normalizer and agent.normalizers == [agent.obs_normalizer]
+    assert agent.buffer.shared_obs
+    _fill(agent, 20, seed=2)
+    batch = agent.prepare(agent.buffer.sample(8))
+    assert float(agent.obs_normalizer.count) == 8 * 4  # not twice: the critic's rows are the same rows
+    assert batch.critic_obs is batch.obs and batch.next_critic_obs is batch.next_obs
+    for _ in range(3):
+        metrics = agent.update(4)
+    assert all(bool(torch.isfinite(v)) for v in metrics.values())
+    path = save_checkpoint(tmp_path / "shared.pt", agent, include_buffer=True)
+    resumed = FastSACAgent(SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
+    load_checkpoint(path, resumed)
+    assert torch.equal(resumed.obs_normalizer.mean, agent.obs_normalizer.mean)
+    assert torch.equal(resumed.buffer.obs.nan_to_num(-7.0), agent.buffer.obs.nan_to_num(-7.0))
+
+
+def test_critic_obs_is_obs_needs_equal_widths() -> None:
+    """EnvDims refuses critic_obs_is_obs with a critic observation of another width, naming both."""
+    with pytest.raises(ValueError, match="critic_obs_dim == obs_dim, got 8 and 6"):
+        dataclasses.replace(TINY_DIMS, critic_obs_is_obs=True)
+    assert SHARED_DIMS.stored_critic_obs_dim is None and TINY_DIMS.stored_critic_obs_dim == 8

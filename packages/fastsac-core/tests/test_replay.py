@@ -154,3 +154,36 @@ def test_state_dict_round_trip() -> None:
     c = ReplayBuffer(2, 8, 3, 6, 2)
     c.load_state_dict(a.state_dict(include_data=False))
     assert len(c) == 0
+
+
+def test_a_critic_that_observes_obs_shares_its_storage_and_samples() -> None:
+    """critic_obs_dim=None: no critic storage, critic fields of a batch are its obs, critic input ignored."""
+    h = _history(30, 3, seed=5)
+    shared = ReplayBuffer(3, 16, 3, None, 2, n_steps=2)
+    own = ReplayBuffer(3, 16, 3, 3, 2, n_steps=2)  # the same data with critic_obs = obs, stored twice
+    shared.extend_batch(h["obs"], None, h["actions"], h["rewards"], h["dones"], h["truncations"])
+    own.extend_batch(h["obs"], h["obs"], h["actions"], h["rewards"], h["dones"], h["truncations"])
+    first = [h[key][0] for key in ("actions", "rewards", "dones", "truncations")]
+    shared.extend(h["obs"][0], h["obs"][0], *first)  # a critic_obs given anyway is ignored
+    own.extend(h["obs"][0], h["obs"][0], *first)
+    assert shared.shared_obs and shared.critic_obs is shared.obs
+    assert "critic_obs" not in shared.state_dict()["data"]
+    torch.manual_seed(1)
+    x = shared.sample(4)
+    torch.manual_seed(1)
+    y = own.sample(4)
+    assert x.critic_obs is x.obs and x.next_critic_obs is x.next_obs
+    for u, v in zip(x, y, strict=True):
+        assert torch.equal(u, v)
+
+
+def test_critic_observation_mismatches_are_named() -> None:
+    """A buffer with its own critic_obs refuses None and a shared buffer's checkpoint, naming the fix."""
+    h = _history(4, 2, seed=1)
+    own = ReplayBuffer(2, 8, 3, 6, 2)
+    with pytest.raises(ReplayBufferError, match=r"critic_obs is None.*critic_obs_dim=None"):
+        own.extend_batch(h["obs"], None, h["actions"], h["rewards"], h["dones"], h["truncations"])
+    shared = ReplayBuffer(2, 8, 3, None, 2)
+    shared.extend_batch(h["obs"], None, h["actions"], h["rewards"], h["dones"], h["truncations"])
+    with pytest.raises(ReplayBufferError, match=r"no \['critic_obs'\]"):
+        own.load_state_dict(shared.state_dict())

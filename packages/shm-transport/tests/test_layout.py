@@ -16,6 +16,13 @@ def test_transition_layout_fields_and_dtypes() -> None:
     assert layout.total_features == 17 + 20 + 6 + 3
 
 
+def test_transition_layout_without_a_critic_observation() -> None:
+    """critic_obs_dim=None leaves critic_obs out: five fields, a slot without its bytes."""
+    layout = transition_layout(8, obs_dim=17, critic_obs_dim=None, act_dim=6)
+    assert layout.names == ("obs", "actions", "rewards", "dones", "truncations")
+    assert layout.total_features == 17 + 6 + 3
+
+
 def test_of_keeps_order_and_region_alignment() -> None:
     """RingLayout.of keeps insertion order and pads every field region to 64 bytes."""
     layout = RingLayout.of(3, {"b": ((2, 2), torch.float64), "a": ((), torch.int8)})

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
 from fastsac_core import BatchedEnv, InferencePolicy
@@ -98,9 +99,10 @@ class Collector:
         self._next_stats = start_steps + min(10, settings.stats_interval)
         self.version = 0
         self.lag = 0
+        self._shared_obs = env.dims.critic_obs_is_obs  # then the ring has no critic_obs field
         obs, critic_obs = env.reset()
         self._obs = torch.from_numpy(np.array(obs, dtype=np.float32))
-        self._critic_obs = torch.from_numpy(np.array(critic_obs, dtype=np.float32))
+        self._critic_obs = self._own_critic_obs(critic_obs)
 
     @property
     def finished(self) -> bool:
@@ -118,6 +120,9 @@ class Collector:
                 self.version = version
             self.lag = self.weights.lag
         self._on_gauges(self.version, self.lag, self.ring.size())
+
+    def _own_critic_obs(self, critic_obs: np.ndarray) -> Tensor | None:
+        return None if self._shared_obs else torch.from_numpy(np.array(critic_obs, dtype=np.float32))
 
     def _actions(self) -> np.ndarray:
         s = self.settings
@@ -137,19 +142,19 @@ class Collector:
         with self.timer.time("env_step"):
             result = self.env.step(actions)
         with self.timer.time("push"):
-            pushed = self.ring.push(
-                {
-                    "obs": self._obs,
-                    "critic_obs": self._critic_obs,
-                    "actions": torch.from_numpy(actions),
-                    "rewards": torch.from_numpy(result.rewards),
-                    "dones": torch.from_numpy(result.terminated),
-                    "truncations": torch.from_numpy(result.truncated),
-                }
-            )
+            fields = {
+                "obs": self._obs,
+                "actions": torch.from_numpy(actions),
+                "rewards": torch.from_numpy(result.rewards),
+                "dones": torch.from_numpy(result.terminated),
+                "truncations": torch.from_numpy(result.truncated),
+            }
+            if self._critic_obs is not None:
+                fields["critic_obs"] = self._critic_obs
+            pushed = self.ring.push(fields)
         assert pushed, "the ring had room before the step; a single producer cannot lose it"
         self._obs = torch.from_numpy(np.array(result.obs, dtype=np.float32))
-        self._critic_obs = torch.from_numpy(np.array(result.critic_obs, dtype=np.float32))
+        self._critic_obs = self._own_critic_obs(result.critic_obs)
         self._returns.extend(result.episode_returns.tolist())
         self._lengths.extend(result.episode_lengths.tolist())
         self._episodes += len(result.episode_returns)

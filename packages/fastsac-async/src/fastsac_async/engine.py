@@ -37,6 +37,7 @@ from fastsac_async.spec import (
     collector_name,
     learner_name,
     learner_threads,
+    ring_layout,
     weight_extras,
 )
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot, aggregate_collectors
@@ -51,7 +52,6 @@ from shm_transport import (
     StartupHandshake,
     WeightChannel,
     cleanup_stale_segments,
-    transition_layout,
 )
 
 __all__ = ["AsyncEngine", "EngineResult", "EngineStats", "StopReason", "run_engine"]
@@ -156,9 +156,7 @@ class AsyncEngine:
             # A host ring always exists: it is the transport, or the fallback a learner takes when
             # CUDA IPC fails on its device (a virtualised GPU, say); an unused one costs a little
             # shared memory until the names are unlinked after boot.
-            host = HostRing.create(
-                transition_layout(width, dims.obs_dim, dims.critic_obs_dim, dims.act_dim), cap
-            )
+            host = HostRing.create(ring_layout(dims, width), cap)
             segments.rings.append(host)
             if c.transition_transport == "cuda_ipc":
                 cursors = RingCursors.create(cap)

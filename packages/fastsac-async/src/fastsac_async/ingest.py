@@ -34,7 +34,7 @@ from shm_transport import CudaIpcRing, RingLayout, TransitionRing
 __all__ = ["FIELDS", "Ingestor", "RingReader", "Shard"]
 
 FIELDS = ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
-"""Ring fields, in ``ReplayBuffer.extend_batch`` order."""
+"""Ring fields, in ``ReplayBuffer.extend_batch`` order (a ring without ``critic_obs`` shares ``obs``)."""
 
 Shard = dict[str, Tensor]
 """One ring's piece of some generations: field -> ``(k, envs_of_ring, ...)`` zero-copy view."""
@@ -64,7 +64,7 @@ class RingReader:
             return self.issued, 0, {}
         first = self.issued
         self.issued += count - held
-        return first, count - held, {name: views[name][held:count] for name in FIELDS}
+        return first, count - held, {name: view[held:count] for name, view in views.items()}
 
     def commit(self, n: int) -> None:
         """Release the ``n`` oldest held slots (their data has been copied out)."""
@@ -83,8 +83,16 @@ def _staging(
             pin_memory=pin,
             device=device,
         )
-        for name in FIELDS
+        for name in layout.names
     }
+
+
+def _extend(buffer: ReplayBuffer, fields: Shard) -> None:
+    """One ``extend_batch`` from a field dict (``critic_obs`` absent: the buffer shares ``obs``)."""
+    buffer.extend_batch(
+        fields["obs"], fields.get("critic_obs"), fields["actions"], fields["rewards"], fields["dones"],
+        fields["truncations"],
+    )  # fmt: skip
 
 
 class Ingestor:
@@ -104,6 +112,8 @@ class Ingestor:
         self.max_ingest = max(1, max_ingest_per_iter)
         self.assembler: GenerationAssembler[Shard] = GenerationAssembler(len(rings), _take)
         layouts: list[RingLayout] = [r.layout for r in rings]
+        if len({layout.names for layout in layouts}) > 1:
+            raise ValueError(f"rings of one learner carry different fields: {[lo.names for lo in layouts]}")
         self._widths = [layout.num_envs for layout in layouts]
         self._offsets = [sum(self._widths[:i]) for i in range(len(layouts))]
         self._device = buffer.device
@@ -151,7 +161,7 @@ class Ingestor:
         k = run.count
         if self._single and self._copy_stream is None:
             # One ring: its views are the full batch (one copy, ring -> replay).
-            self.buffer.extend_batch(*(run.pieces[0][name] for name in FIELDS))
+            _extend(self.buffer, run.pieces[0])
             self._commit(k)
             return
         staging = self._staging[self._next_staging]
@@ -159,11 +169,11 @@ class Ingestor:
         if event is not None:
             event.synchronize()  # the previous H2D out of this pinned buffer has finished
         for piece, off, width in zip(run.pieces, self._offsets, self._widths, strict=True):
-            for name in FIELDS:
-                staging[name][:k, off : off + width].copy_(piece[name], non_blocking=self._cuda)
-        batch = [staging[name][:k] for name in FIELDS]
+            for name, view in piece.items():
+                staging[name][:k, off : off + width].copy_(view, non_blocking=self._cuda)
+        batch = {name: staged[:k] for name, staged in staging.items()}
         if self._copy_stream is None:
-            self.buffer.extend_batch(*batch)
+            _extend(self.buffer, batch)
             self._commit(k)
             return
         # Host rings on CUDA: the ring slots are free once in pinned staging (CPU copies above).
@@ -171,7 +181,7 @@ class Ingestor:
         compute = torch.cuda.current_stream(self._device)
         self._copy_stream.wait_stream(compute)
         with torch.cuda.stream(self._copy_stream):
-            self.buffer.extend_batch(*batch)
+            _extend(self.buffer, batch)
             done = torch.cuda.Event()  # type: ignore[no-untyped-call]
             done.record(self._copy_stream)
         self._staging_events[self._next_staging] = done

@@ -9,7 +9,7 @@ import torch
 
 from fastsac_async.config import AsyncOptions
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig
-from shm_transport import FieldSpec, HostRingHandle, RingCursorsHandle
+from shm_transport import FieldSpec, HostRingHandle, RingCursorsHandle, RingLayout, transition_layout
 from topology import LearnerPlacement, TrainerTopology
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "collector_name",
     "learner_name",
     "learner_threads",
+    "ring_layout",
     "weight_extras",
 ]
 
@@ -92,6 +93,11 @@ def learner_name(rank: int) -> str:
 def checkpoint_file(run_dir: Path, gstep: int) -> Path:
     """``checkpoints/model_{gstep:07d}.pt`` under the run folder (the app's naming)."""
     return run_dir / "checkpoints" / f"model_{gstep:07d}.pt"
+
+
+def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:
+    """The transition slot of a collector stepping ``num_envs`` envs (no ``critic_obs`` when shared)."""
+    return transition_layout(num_envs, dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim)
 
 
 def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:

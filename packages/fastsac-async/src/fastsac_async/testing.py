@@ -43,6 +43,8 @@ class FakeBatchedEnv:
         act_dim: Action length.
         episode_len: Steps per episode (ends by truncation, or termination on odd envs).
         step_delay_s: Sleep per step (to emulate a slow simulator).
+        shared_obs: The critic observes obs (``critic_obs_is_obs``); otherwise its observation is the
+            obs with one more column.
     """
 
     def __init__(
@@ -54,15 +56,17 @@ class FakeBatchedEnv:
         act_dim: int = 2,
         episode_len: int = 7,
         step_delay_s: float = 0.0,
+        shared_obs: bool = False,
     ) -> None:
         self._n = num_envs
         self._seed = seed
         self._dims = EnvDims(
             obs_dim=obs_dim,
-            critic_obs_dim=obs_dim + 1,
+            critic_obs_dim=obs_dim if shared_obs else obs_dim + 1,
             act_dim=act_dim,
             action_low=(-1.0,) * act_dim,
             action_high=(1.0,) * act_dim,
+            critic_obs_is_obs=shared_obs,
         )
         self._episode_len = episode_len
         self._delay = step_delay_s
@@ -87,6 +91,8 @@ class FakeBatchedEnv:
         obs[:, 1] = np.arange(self._n)
         obs[:, 2] = self._t
         obs[:, 3:] = self._steps % 97
+        if self._dims.critic_obs_is_obs:
+            return obs, obs
         critic = np.concatenate([obs, np.full((self._n, 1), 0.5, dtype=np.float32)], axis=1)
         return obs, critic
 
@@ -145,6 +151,8 @@ class FakeEnvFactory:
     """Steps per episode."""
     step_delay_s: float = 0.0
     """Sleep per step."""
+    shared_obs: bool = False
+    """The critic observes obs."""
 
     def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
         """Build the env."""
@@ -155,6 +163,7 @@ class FakeEnvFactory:
             act_dim=self.act_dim,
             episode_len=self.episode_len,
             step_delay_s=self.step_delay_s,
+            shared_obs=self.shared_obs,
         )
 
 

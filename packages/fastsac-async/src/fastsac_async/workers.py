@@ -24,7 +24,7 @@ from fastsac_async.control import Control
 from fastsac_async.decider import TrainDecider
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.profiling import profile_iterations, run_learner_loop
-from fastsac_async.spec import EngineSpec, IpcRingHandles, checkpoint_file, collector_name
+from fastsac_async.spec import EngineSpec, IpcRingHandles, checkpoint_file, collector_name, ring_layout
 from fastsac_async.stats import offer
 from fastsac_async.worker_process import worker_process
 from fastsac_core import FastSACAgent, InferencePolicy, load_checkpoint
@@ -46,7 +46,6 @@ from shm_transport import (
     WeightChannelHandle,
     WeightReader,
     WeightWriter,
-    transition_layout,
 )
 
 __all__ = ["run_collector", "run_learner"]
@@ -222,9 +221,7 @@ def run_learner(
         channels: list[WeightChannel] = []
         try:
             for c in own:
-                layout = transition_layout(
-                    c.env_stop - c.env_start, spec.dims.obs_dim, spec.dims.critic_obs_dim, spec.dims.act_dim
-                )
+                layout = ring_layout(spec.dims, c.env_stop - c.env_start)
                 handle = ring_handles[c.index]
                 ring_payload: object = None
                 if isinstance(handle, IpcRingHandles):

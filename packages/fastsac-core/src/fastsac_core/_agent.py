@@ -192,14 +192,19 @@ class FastSACAgent:
 
         eps, on = cfg.normalizer_eps, cfg.obs_normalization
         self.obs_normalizer = EmpiricalNormalizer(dims.obs_dim, eps, enabled=on, device=self.device)
-        self.critic_obs_normalizer = EmpiricalNormalizer(
-            dims.critic_obs_dim, eps, enabled=on, device=self.device
+        # A critic that observes obs shares its normalizer too (one set of statistics, fed once).
+        self.critic_obs_normalizer = (
+            self.obs_normalizer
+            if dims.critic_obs_is_obs
+            else EmpiricalNormalizer(dims.critic_obs_dim, eps, enabled=on, device=self.device)
         )
+        self.normalizers = list(dict.fromkeys([self.obs_normalizer, self.critic_obs_normalizer]))
+        """The distinct normalizers (one when the critic observes obs)."""
         self.buffer = ReplayBuffer(
             num_envs,
             cfg.buffer_size,
             dims.obs_dim,
-            dims.critic_obs_dim,
+            dims.stored_critic_obs_dim,
             dims.act_dim,
             device=buffer_device if buffer_device is not None else self.device,
             n_steps=cfg.num_steps,
@@ -369,7 +374,7 @@ class FastSACAgent:
         """Update the normalizers with the batch's observations (merged over ranks) and normalise it."""
         batch = batch.to(self.device, non_blocking=True)
         self._accumulate_fn(batch.obs, batch.critic_obs)
-        sync_normalizer_stats([self.obs_normalizer, self.critic_obs_normalizer], self.process_group)
+        sync_normalizer_stats(self.normalizers, self.process_group)
         obs, next_obs, critic_obs, next_critic_obs = self._normalize_fn(
             batch.obs, batch.next_obs, batch.critic_obs, batch.next_critic_obs
         )
@@ -379,18 +384,17 @@ class FastSACAgent:
 
     def _accumulate_obs(self, obs: Tensor, critic_obs: Tensor) -> None:
         self.obs_normalizer.accumulate(obs)
-        self.critic_obs_normalizer.accumulate(critic_obs)
+        if self.critic_obs_normalizer is not self.obs_normalizer:
+            self.critic_obs_normalizer.accumulate(critic_obs)
 
     def _normalize_obs(
         self, obs: Tensor, next_obs: Tensor, critic_obs: Tensor, next_critic_obs: Tensor
     ) -> Observations:
         actor, critic = self.obs_normalizer, self.critic_obs_normalizer
-        return (
-            actor.normalize(obs),
-            actor.normalize(next_obs),
-            critic.normalize(critic_obs),
-            critic.normalize(next_critic_obs),
-        )
+        obs, next_obs = actor.normalize(obs), actor.normalize(next_obs)
+        if self.dims.critic_obs_is_obs:  # the batch's critic fields are its obs fields
+            return obs, next_obs, obs, next_obs
+        return obs, next_obs, critic.normalize(critic_obs), critic.normalize(next_critic_obs)
 
     def update(self, num_updates: int) -> dict[str, Tensor]:
         """Run ``num_updates`` critic updates (and the due actor updates) on one sampled batch.
@@ -508,7 +512,8 @@ class FastSACAgent:
         if state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.obs_normalizer.load_state_dict(state["obs_normalizer"])
-        self.critic_obs_normalizer.load_state_dict(state["critic_obs_normalizer"])
+        if self.critic_obs_normalizer is not self.obs_normalizer:  # a shared one is saved twice
+            self.critic_obs_normalizer.load_state_dict(state["critic_obs_normalizer"])
         self.update_idx = int(state["update_idx"])
         a, b = (t.to(self.device) for t in state["last_actor_metrics"])
         self._last_actor_metrics = (a, b)
@@ -517,4 +522,4 @@ class FastSACAgent:
 
 def sync_normalizers(agent: FastSACAgent, group: ProcessGroup | None = None) -> None:
     """Merge both normalizers' pending statistics over the ranks of ``group`` (one float64 all-reduce)."""
-    sync_normalizer_stats([agent.obs_normalizer, agent.critic_obs_normalizer], group)
+    sync_normalizer_stats(agent.normalizers, group)

@@ -18,6 +18,10 @@
 #   * before a truncated step s+i with i > 0 (bootstrap from the real obs of step s+i),
 #   * before the newest written step (its next obs does not exist yet).
 # rewards = sum_i gamma^i r_{s+i} over the window of m steps, discount = gamma^m, next obs = obs[s+m].
+#
+# A critic that observes the actor's obs (``critic_obs_dim=None``) gets no storage of its own:
+# ``critic_obs`` is ``obs``, written and gathered once, and a sampled batch's critic fields are its
+# obs fields (the same tensors).
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ class ReplayBuffer:
         num_envs: Envs written in lockstep per step.
         capacity_per_env: Steps kept per env.
         obs_dim: Actor observation length.
-        critic_obs_dim: Critic observation length.
+        critic_obs_dim: Critic observation length; None when the critic observes ``obs`` itself.
         act_dim: Action length.
         device: Where the storage (and sampled batches) live: CPU or CUDA.
         n_steps: n of the n-step return.
@@ -82,7 +86,7 @@ class ReplayBuffer:
         num_envs: int,
         capacity_per_env: int,
         obs_dim: int,
-        critic_obs_dim: int,
+        critic_obs_dim: int | None,
         act_dim: int,
         device: torch.device | str = "cpu",
         n_steps: int = 1,
@@ -105,14 +109,20 @@ class ReplayBuffer:
             # NaN sentinels make any read of an unwritten slot obvious.
             return torch.full((c, n, *shape), float("nan"), device=self.device)
 
+        self.shared_obs = critic_obs_dim is None
+        """Whether ``critic_obs`` is ``obs`` (no storage of its own; Note [replay layout])."""
         self.obs = floats(obs_dim)
-        self.critic_obs = floats(critic_obs_dim)
+        self.critic_obs = self.obs if critic_obs_dim is None else floats(critic_obs_dim)
         self.actions = floats(act_dim)
         self.rewards = floats()
         self.dones = torch.zeros(c, n, dtype=torch.bool, device=self.device)
         self.truncations = torch.zeros(c, n, dtype=torch.bool, device=self.device)
         self._written = 0
-        self._fields = ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
+        self._fields = tuple(
+            name
+            for name in ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
+            if not (self.shared_obs and name == "critic_obs")
+        )
         self._step_powers = torch.arange(n_steps, device=self.device)
         self._discounts = gamma ** self._step_powers.to(torch.float32)
         self._env_index = torch.arange(num_envs, device=self.device)
@@ -122,16 +132,16 @@ class ReplayBuffer:
     def extend(
         self,
         obs: Tensor,
-        critic_obs: Tensor,
+        critic_obs: Tensor | None,
         actions: Tensor,
         rewards: Tensor,
         dones: Tensor,
         truncations: Tensor,
     ) -> None:
-        """Write one step of every env (tensors ``(num_envs, ...)``, any device)."""
+        """Write one step of every env (tensors ``(num_envs, ...)``, any device); see ``extend_batch``."""
         self.extend_batch(
             obs.unsqueeze(0),
-            critic_obs.unsqueeze(0),
+            None if critic_obs is None else critic_obs.unsqueeze(0),
             actions.unsqueeze(0),
             rewards.unsqueeze(0),
             dones.unsqueeze(0),
@@ -141,14 +151,26 @@ class ReplayBuffer:
     def extend_batch(
         self,
         obs: Tensor,
-        critic_obs: Tensor,
+        critic_obs: Tensor | None,
         actions: Tensor,
         rewards: Tensor,
         dones: Tensor,
         truncations: Tensor,
     ) -> None:
-        """Write k consecutive steps, slot-major (tensors ``(k, num_envs, ...)``); equals k ``extend``s."""
-        values: tuple[Tensor, ...] = (obs, critic_obs, actions, rewards, dones, truncations)
+        """Write k consecutive steps, slot-major (tensors ``(k, num_envs, ...)``); equals k ``extend``s.
+
+        A buffer whose critic observes ``obs`` (``shared_obs``) ignores ``critic_obs`` (None, or the
+        obs again); any other buffer needs it.
+        """
+        if self.shared_obs:
+            values: tuple[Tensor, ...] = (obs, actions, rewards, dones, truncations)
+        elif critic_obs is None:
+            raise ReplayBufferError(
+                "critic_obs is None, but this buffer stores a critic observation of its own; pass it, or "
+                "build the buffer with critic_obs_dim=None for a critic that observes obs"
+            )
+        else:
+            values = (obs, critic_obs, actions, rewards, dones, truncations)
         k = obs.shape[0]
         for name, value in zip(self._fields, values, strict=True):
             expected = (k, *getattr(self, name).shape[1:])
@@ -223,13 +245,19 @@ class ReplayBuffer:
         def rows(x: Tensor) -> Tensor:
             return x.reshape(batch_per_env * n, *x.shape[2:])
 
+        obs, next_obs = rows(self.obs[first_slot, env]), rows(self.obs[next_slot, env])
+        if self.shared_obs:
+            critic_obs, next_critic_obs = obs, next_obs
+        else:
+            critic_obs = rows(self.critic_obs[first_slot, env])
+            next_critic_obs = rows(self.critic_obs[next_slot, env])
         return Batch(
-            obs=rows(self.obs[first_slot, env]),
-            critic_obs=rows(self.critic_obs[first_slot, env]),
+            obs=obs,
+            critic_obs=critic_obs,
             actions=rows(self.actions[first_slot, env]),
             rewards=rows(rewards),
-            next_obs=rows(self.obs[next_slot, env]),
-            next_critic_obs=rows(self.critic_obs[next_slot, env]),
+            next_obs=next_obs,
+            next_critic_obs=next_critic_obs,
             bootstrap=rows((~terminated).float()),
             discount=rows(self.gamma ** effective_n.float()),
             valid=rows(valid.float()),
@@ -259,6 +287,12 @@ class ReplayBuffer:
         if "data" not in state:
             self._written = 0
             return
+        missing = [name for name in self._fields if name not in state["data"]]
+        if missing:
+            raise ReplayBufferError(
+                f"the checkpoint's replay has no {missing} (saved by a task whose critic observes obs, so "
+                "without critic_obs?); resume with the same task, or without the replay data"
+            )
         for name in self._fields:
             target: Tensor = getattr(self, name)
             source: Tensor = state["data"][name]

@@ -34,6 +34,22 @@ class EnvDims:
     """Per-dimension lower action bound."""
     action_high: tuple[float, ...]
     """Per-dimension upper action bound."""
+    critic_obs_is_obs: bool = False
+    """The critic observes exactly the actor's observation (a task without a privileged part, like
+    every gymnasium task): rings and replay buffers then carry and store it once, and one normalizer
+    serves both. Requires ``critic_obs_dim == obs_dim``."""
+
+    def __post_init__(self) -> None:
+        if self.critic_obs_is_obs and self.critic_obs_dim != self.obs_dim:
+            raise ValueError(
+                f"critic_obs_is_obs=True needs critic_obs_dim == obs_dim, got {self.critic_obs_dim} and "
+                f"{self.obs_dim}; set critic_obs_is_obs=False for a critic observation of its own"
+            )
+
+    @property
+    def stored_critic_obs_dim(self) -> int | None:
+        """Width of the critic observation as rings and replay buffers store it; None when shared."""
+        return None if self.critic_obs_is_obs else self.critic_obs_dim
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -103,6 +103,7 @@ class MujocoBatchedEnv:
             act_dim=act_dim,
             action_low=tuple(float(x) for x in self._low),
             action_high=tuple(float(x) for x in self._high),
+            critic_obs_is_obs=True,  # gymnasium tasks have no privileged observation
         )
 
         n = num_envs
