@@ -17,14 +17,10 @@ from fastsac_core import (
     load_checkpoint,
     save_checkpoint,
 )
-from fastsac_core.testing import TINY_DIMS, tiny_config
+from fastsac_core.testing import TINY_DIMS, TINY_SHARED_DIMS, tiny_config
 
 BANDIT = EnvDims(obs_dim=2, critic_obs_dim=2, act_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
 BEST_ACTION = torch.tensor([0.5, -0.3])
-
-
-SHARED_DIMS = dataclasses.replace(TINY_DIMS, critic_obs_dim=TINY_DIMS.obs_dim, critic_obs_is_obs=True)
-"""TINY_DIMS for a critic that observes the actor's obs."""
 
 
 def _fill(agent: FastSACAgent, steps: int, seed: int) -> None:
@@ -206,7 +202,7 @@ def test_compiled_batch_preparation_matches_eager(device: str, shared: bool) -> 
 
     torch._dynamo.reset()
     counters.clear()
-    dims = SHARED_DIMS if shared else TINY_DIMS
+    dims = TINY_SHARED_DIMS if shared else TINY_DIMS
     eager = FastSACAgent(dims, tiny_config(), device, num_envs=4)
     compiled = FastSACAgent(dims, tiny_config(), device, num_envs=4)
     compiled._accumulate_fn, compiled._normalize_fn = compiled._build_prepare_functions(True)
@@ -228,7 +224,7 @@ def test_compiled_batch_preparation_matches_eager(device: str, shared: bool) -> 
 
 def test_a_critic_that_observes_obs_shares_normalizer_and_storage(tmp_path: Path) -> None:
     """critic_obs_is_obs: one normalizer fed once, critic fields = obs fields, trains, checkpoints."""
-    agent = FastSACAgent(SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
+    agent = FastSACAgent(TINY_SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
     assert agent.critic_obs_normalizer is agent.obs_normalizer and agent.normalizers == [agent.obs_normalizer]
     assert agent.buffer.shared_obs
     _fill(agent, 20, seed=2)
@@ -239,7 +235,7 @@ def test_a_critic_that_observes_obs_shares_normalizer_and_storage(tmp_path: Path
         metrics = agent.update(4)
     assert all(bool(torch.isfinite(v)) for v in metrics.values())
     path = save_checkpoint(tmp_path / "shared.pt", agent, include_buffer=True)
-    resumed = FastSACAgent(SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
+    resumed = FastSACAgent(TINY_SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
     load_checkpoint(path, resumed)
     assert torch.equal(resumed.obs_normalizer.mean, agent.obs_normalizer.mean)
     assert torch.equal(resumed.buffer.obs.nan_to_num(-7.0), agent.buffer.obs.nan_to_num(-7.0))
@@ -249,4 +245,4 @@ def test_critic_obs_is_obs_needs_equal_widths() -> None:
     """EnvDims refuses critic_obs_is_obs with a critic observation of another width, naming both."""
     with pytest.raises(ValueError, match="critic_obs_dim == obs_dim, got 8 and 6"):
         dataclasses.replace(TINY_DIMS, critic_obs_is_obs=True)
-    assert SHARED_DIMS.stored_critic_obs_dim is None and TINY_DIMS.stored_critic_obs_dim == 8
+    assert TINY_SHARED_DIMS.stored_critic_obs_dim is None and TINY_DIMS.stored_critic_obs_dim == 8

@@ -7,7 +7,7 @@ import torch
 from fastsac_core import FastSACAgent
 from fastsac_core._replay import Batch
 from fastsac_core._step_graph import StepGraph, _flatten, _rebuild
-from fastsac_core.testing import TINY_DIMS, random_batch, random_noise, tiny_config
+from fastsac_core.testing import TINY_DIMS, TINY_SHARED_DIMS, random_batch, random_noise, tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -58,21 +58,23 @@ def _train(agent: FastSACAgent, calls: int, seed: int, rows: int = 256) -> dict[
     g = torch.Generator().manual_seed(seed)
     metrics: dict[str, torch.Tensor] = {}
     for _ in range(calls):
-        batch, noise = random_batch(rows, TINY_DIMS, g), random_noise(rows, TINY_DIMS, g)
+        batch, noise = random_batch(rows, agent.dims, g), random_noise(rows, agent.dims, g)
         metrics = agent.update_on_batch(batch, 4, type(noise)(*(t.cuda() for t in noise)))
     return metrics
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shared", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
 @pytest.mark.parametrize("compile_", [False, True], ids=["eager-captured", "compiled-captured"])
-def test_whole_step_graphs_match_eager_steps(compile_: bool) -> None:
+def test_whole_step_graphs_match_eager_steps(compile_: bool, shared: bool) -> None:
     """Captured whole steps (many replays, then new shapes) match eager steps' weights and metrics."""
+    dims = TINY_SHARED_DIMS if shared else TINY_DIMS
     results = []
     for scope in ("regions", "step"):
         torch.manual_seed(0)
         cfg = tiny_config(compile=compile_ and scope == "step", cudagraphs=scope == "step",
                           cudagraph_scope=scope, amp=False)  # fmt: skip
-        agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+        agent = FastSACAgent(dims, cfg, "cuda", num_envs=4)
         metrics = _train(agent, 6, seed=1)  # 24 critic and 12 actor steps: warmup 3, then replays
         if scope == "step":
             assert isinstance(agent._critic_fn, StepGraph) and agent._critic_fn.captured

@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -60,11 +61,19 @@ class Batch(NamedTuple):
 
     def narrow(self, start: int, length: int) -> Batch:
         """Rows ``start .. start+length`` of every field (views, no copy)."""
-        return Batch(*(t.narrow(0, start, length) for t in self))
+        return self._map(lambda t: t.narrow(0, start, length))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """Every field on ``device``."""
-        return Batch(*(t.to(device, non_blocking=non_blocking) for t in self))
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> Batch:
+        """``fn`` of every field, once per distinct tensor (a critic that observes obs stays obs)."""
+        done: dict[int, Tensor] = {}
+        for t in self:
+            if id(t) not in done:
+                done[id(t)] = fn(t)
+        return Batch(*(done[id(t)] for t in self))
 
 
 class ReplayBuffer:

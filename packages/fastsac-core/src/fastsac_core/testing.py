@@ -18,12 +18,23 @@ from ._replay import Batch
 from .config import FastSACConfig
 from .env import EnvDims
 
-__all__ = ["TINY_DIMS", "config_fields", "random_batch", "random_noise", "run_ddp_rank", "tiny_config"]
+__all__ = [
+    "TINY_DIMS",
+    "TINY_SHARED_DIMS",
+    "config_fields",
+    "random_batch",
+    "random_noise",
+    "run_ddp_rank",
+    "tiny_config",
+]
 
 TINY_DIMS = EnvDims(
     obs_dim=6, critic_obs_dim=8, act_dim=3, action_low=(-1.0, -2.0, 0.0), action_high=(1.0, 2.0, 1.0)
 )
 """Small task dimensions with asymmetric, non-unit action bounds."""
+
+TINY_SHARED_DIMS = dataclasses.replace(TINY_DIMS, critic_obs_dim=TINY_DIMS.obs_dim, critic_obs_is_obs=True)
+"""``TINY_DIMS`` for a critic that observes the actor's obs (``critic_obs_is_obs``)."""
 
 
 def tiny_config(**overrides: Any) -> FastSACConfig:
