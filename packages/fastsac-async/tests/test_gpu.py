@@ -21,11 +21,10 @@ def _fill(ring: object, env: FakeBatchedEnv, steps: int) -> None:
     for _ in range(steps):
         a = env.sample_actions()
         r = env.step(a)
-        assert ring.push(  # type: ignore[attr-defined]
-            {"obs": torch.from_numpy(obs), "critic_obs": torch.from_numpy(cobs),
-             "actions": torch.from_numpy(a), "rewards": torch.from_numpy(r.rewards),
-             "dones": torch.from_numpy(r.terminated), "truncations": torch.from_numpy(r.truncated)}
-        )  # fmt: skip
+        fields = {"obs": obs, "critic_obs": cobs, "actions": a, "rewards": r.rewards,
+                  "dones": r.terminated, "truncations": r.truncated}  # fmt: skip
+        names = ring.layout.names  # type: ignore[attr-defined]
+        assert ring.push({name: torch.from_numpy(fields[name]) for name in names})  # type: ignore[attr-defined]
         obs, cobs = r.obs.copy(), r.critic_obs.copy()
 
 
@@ -34,10 +33,12 @@ def _contents(buffer: ReplayBuffer) -> list[torch.Tensor]:
                                                buffer.rewards, buffer.dones, buffer.truncations)]  # fmt: skip
 
 
+@pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
 @pytest.mark.parametrize("kind", ["pinned_host", "cuda_ipc"])
-def test_cuda_ingest_equals_cpu_ingest(kind: str) -> None:
+def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool) -> None:
     """Two rings drained into a CUDA replay (pinned staging or IPC D2D) equal the CPU drain."""
-    layout = transition_layout(3, OBS, OBS + 1, ACT)
+    critic = None if shared_obs else OBS + 1
+    layout = transition_layout(3, OBS, critic, ACT)
     cpu_rings = [HostRing.create(layout, 4) for _ in range(2)]
     cursors = [RingCursors.create(4) for _ in range(2)]
     cuda_rings: list[object] = []
@@ -51,12 +52,12 @@ def test_cuda_ingest_equals_cpu_ingest(kind: str) -> None:
             consumers = [CudaIpcRing.create_consumer(layout, 4, "cuda:0", c.handle) for c in cursors]
             producers = [CudaIpcRing.attach_producer(c.producer_handle()) for c in consumers]
             cuda_rings, producers_like = list(consumers), list(producers)
-        cpu_ing = Ingestor(cpu_rings, ReplayBuffer(6, 32, OBS, OBS + 1, ACT), 4)
-        gpu_ing = Ingestor(cuda_rings, ReplayBuffer(6, 32, OBS, OBS + 1, ACT, device="cuda:0"), 4)  # type: ignore[arg-type]
+        cpu_ing = Ingestor(cpu_rings, ReplayBuffer(6, 32, OBS, critic, ACT), 4)
+        gpu_ing = Ingestor(cuda_rings, ReplayBuffer(6, 32, OBS, critic, ACT, device="cuda:0"), 4)  # type: ignore[arg-type]
         for chunk in range(5):
             for i in range(2):
-                _fill(cpu_rings[i], FakeBatchedEnv(3, seed=10 * chunk + i), 3)
-                _fill(producers_like[i], FakeBatchedEnv(3, seed=10 * chunk + i), 3)
+                _fill(cpu_rings[i], FakeBatchedEnv(3, seed=10 * chunk + i, shared_obs=shared_obs), 3)
+                _fill(producers_like[i], FakeBatchedEnv(3, seed=10 * chunk + i, shared_obs=shared_obs), 3)
             for p in producers:
                 p.flush()
             while cpu_ing.drain():

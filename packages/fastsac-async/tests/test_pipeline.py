@@ -138,20 +138,22 @@ def test_a_stalled_ring_delays_only_its_generations(rings: Rings) -> None:
     assert ing.buffer.obs[2, 2:4, 0].tolist() == [1.0, 1.0], "slow ring's shard sits in env block 1"
 
 
-def _agent(num_envs: int) -> FastSACAgent:
-    return FastSACAgent(FakeBatchedEnv(1, 0).dims, CFG, "cpu", num_envs=num_envs)
+def _agent(num_envs: int, *, shared_obs: bool = False) -> FastSACAgent:
+    return FastSACAgent(FakeBatchedEnv(1, 0, shared_obs=shared_obs).dims, CFG, "cpu", num_envs=num_envs)
 
 
 @contextmanager
-def _in_process_pair(rings: Rings) -> Iterator[tuple[Collector, Learner, list[LearnerSnapshot]]]:
+def _in_process_pair(
+    rings: Rings, *, shared_obs: bool = False
+) -> Iterator[tuple[Collector, Learner, list[LearnerSnapshot]]]:
     """One collector (budget 12) and one strict learner over one host ring and one weight channel."""
-    ring = rings.make(4, 8)
+    ring = rings.make(4, 8, shared_obs=shared_obs)
     extras = {"obs_mean": FieldSpec((OBS,), torch.float32), "obs_std": FieldSpec((OBS,), torch.float32),
               "obs_count": FieldSpec((1,), torch.float32)}  # fmt: skip
-    agent = _agent(4)
+    agent = _agent(4, shared_obs=shared_obs)
     channel = WeightChannel.create(agent.actor_param_numel(), extras)
     try:
-        env = FakeBatchedEnv(4, seed=1)
+        env = FakeBatchedEnv(4, seed=1, shared_obs=shared_obs)
         collector = Collector(
             settings=CollectorSettings(index=0, budget=12, learning_starts=2, resume=False,
                                        weight_poll_interval=1, idle_sleep_s=0.0, stats_interval=5),
@@ -176,9 +178,10 @@ def _in_process_pair(rings: Rings) -> Iterator[tuple[Collector, Learner, list[Le
         channel.unlink()
 
 
-def test_collector_and_learner_in_process(rings: Rings) -> None:
+@pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
+def test_collector_and_learner_in_process(rings: Rings, shared_obs: bool) -> None:
     """Driven in one process: steps advance, updates run, weights reach the collector with a version."""
-    with _in_process_pair(rings) as (collector, learner, snaps):
+    with _in_process_pair(rings, shared_obs=shared_obs) as (collector, learner, snaps):
         for _ in range(200):
             collector.step_once()
             collector.step_once()

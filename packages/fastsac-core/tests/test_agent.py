@@ -243,6 +243,6 @@ def test_a_critic_that_observes_obs_shares_normalizer_and_storage(tmp_path: Path
 
 def test_critic_obs_is_obs_needs_equal_widths() -> None:
     """EnvDims refuses critic_obs_is_obs with a critic observation of another width, naming both."""
-    with pytest.raises(ValueError, match="critic_obs_dim == obs_dim, got 8 and 6"):
+    with pytest.raises(ConfigError, match="critic_obs_dim == obs_dim, got 8 and 6"):
         dataclasses.replace(TINY_DIMS, critic_obs_is_obs=True)
     assert TINY_SHARED_DIMS.stored_critic_obs_dim is None and TINY_DIMS.stored_critic_obs_dim == 8

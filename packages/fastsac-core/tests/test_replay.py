@@ -173,7 +173,7 @@ def test_a_critic_that_observes_obs_shares_its_storage_and_samples() -> None:
     torch.manual_seed(1)
     y = own.sample(4)
     assert x.critic_obs is x.obs and x.next_critic_obs is x.next_obs
-    part = x.narrow(2, 3).to("cpu")  # minibatches keep the sharing
+    part = x.narrow(2, 3).to("meta")  # minibatches and moved batches keep the sharing
     assert part.critic_obs is part.obs and part.next_critic_obs is part.next_obs
     for u, v in zip(x, y, strict=True):
         assert torch.equal(u, v)

@@ -31,10 +31,7 @@ from fastsac_async.assembler import GenerationAssembler, ReadyRun
 from fastsac_core import ReplayBuffer
 from shm_transport import CudaIpcRing, RingLayout, TransitionRing
 
-__all__ = ["FIELDS", "Ingestor", "RingReader", "Shard"]
-
-FIELDS = ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
-"""Ring fields, in ``ReplayBuffer.extend_batch`` order (a ring without ``critic_obs`` shares ``obs``)."""
+__all__ = ["Ingestor", "RingReader", "Shard"]
 
 Shard = dict[str, Tensor]
 """One ring's piece of some generations: field -> ``(k, envs_of_ring, ...)`` zero-copy view."""
@@ -113,7 +110,15 @@ class Ingestor:
         self.assembler: GenerationAssembler[Shard] = GenerationAssembler(len(rings), _take)
         layouts: list[RingLayout] = [r.layout for r in rings]
         if len({layout.names for layout in layouts}) > 1:
-            raise ValueError(f"rings of one learner carry different fields: {[lo.names for lo in layouts]}")
+            raise ValueError(
+                f"rings of one learner carry different fields {[lo.names for lo in layouts]}; "
+                "build every ring of a learner from the same EnvDims (fastsac_async.spec.ring_layout)"
+            )
+        if ("critic_obs" in layouts[0].names) == buffer.shared_obs:
+            raise ValueError(
+                f"rings with fields {layouts[0].names} cannot fill a replay buffer with shared_obs="
+                f"{buffer.shared_obs}; build rings and buffer from the same EnvDims (critic_obs_is_obs)"
+            )
         self._widths = [layout.num_envs for layout in layouts]
         self._offsets = [sum(self._widths[:i]) for i in range(len(layouts))]
         self._device = buffer.device

@@ -12,9 +12,10 @@ host-bound (wiki/benchmarks.md, Learner), and every other host task of the learn
 with ``torch.cuda.graph``, the way PyTorch documents whole-network capture:
 
 1. Every call copies its inputs into static tensors, allocated at the first call (on the current
-   stream). The step only ever sees those tensors: a compiled step is traced and guarded on exactly
-   what the capture will use (a view's storage offset, for one, can be guarded once a dimension is
-   dynamic, and a recompile during capture fails).
+   stream); an input given twice (the same tensor object) has one static tensor. The step only ever
+   sees those tensors: a compiled step is traced and guarded on exactly what the capture will use (a
+   view's storage offset, for one, can be guarded once a dimension is dynamic, and a recompile during
+   capture fails).
 2. The first ``warmup`` calls run the step normally on the static inputs, on a side stream of the
    step's device (lazy compilation, cuBLAS workspaces and the optimizers' state all happen outside
    capture). They are real updates.
@@ -51,6 +52,23 @@ def _flatten(args: Sequence[Arg]) -> list[Tensor]:
     for arg in args:
         flat.extend(arg if isinstance(arg, tuple) else (arg,))
     return flat
+
+
+def _distinct(flat: Sequence[Tensor]) -> tuple[list[Tensor], list[int]]:
+    """The distinct tensors of ``flat`` (by identity, first-seen order) and each entry's index among them.
+
+    A step argument that is another one (a critic that observes obs: ``Batch.critic_obs is obs``)
+    gets one static input, copied once per call, and the step sees one tensor twice, as it was given.
+    """
+    index: dict[int, int] = {}
+    distinct: list[Tensor] = []
+    positions: list[int] = []
+    for tensor in flat:
+        if id(tensor) not in index:
+            index[id(tensor)] = len(distinct)
+            distinct.append(tensor)
+        positions.append(index[id(tensor)])
+    return distinct, positions
 
 
 def _rebuild(like: Sequence[Arg], flat: Sequence[Tensor]) -> list[Arg]:
@@ -93,7 +111,7 @@ class StepGraph:
         self._graph: torch.cuda.CUDAGraph | None = None
         self._static_in: list[Tensor] = []
         self._static_out: tuple[Tensor, ...] = ()
-        self._signature: tuple[tuple[torch.Size, torch.dtype], ...] = ()
+        self._signature: tuple[object, ...] = ()
         self._side: torch.cuda.Stream | None = None
 
     @property
@@ -118,15 +136,15 @@ class StepGraph:
         Arguments of other shapes or dtypes than the static inputs start over: warm-up, then a capture
         for the new shapes (a copy into the old static inputs would broadcast silently).
         """
-        flat = _flatten(args)
-        signature = tuple((t.shape, t.dtype) for t in flat)
+        distinct, positions = _distinct(_flatten(args))
+        signature = (*((t.shape, t.dtype) for t in distinct), tuple(positions))
         if signature != self._signature:
             self.reset()
-            self._static_in = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in flat]
+            self._static_in = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in distinct]
             self._signature = signature
-        for static, tensor in zip(self._static_in, flat, strict=True):
+        for static, tensor in zip(self._static_in, distinct, strict=True):
             static.copy_(tensor, non_blocking=True)
-        static_args = _rebuild(args, self._static_in)
+        static_args = _rebuild(args, [self._static_in[k] for k in positions])
         if self._graph is None:
             if self._calls < self._warmup:
                 self._calls += 1

@@ -14,6 +14,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from .exceptions import ConfigError
+
 __all__ = ["BatchedEnv", "EnvDims", "EnvFactory", "StepResult"]
 
 F32 = npt.NDArray[np.float32]
@@ -41,7 +43,7 @@ class EnvDims:
 
     def __post_init__(self) -> None:
         if self.critic_obs_is_obs and self.critic_obs_dim != self.obs_dim:
-            raise ValueError(
+            raise ConfigError(
                 f"critic_obs_is_obs=True needs critic_obs_dim == obs_dim, got {self.critic_obs_dim} and "
                 f"{self.obs_dim}; set critic_obs_is_obs=False for a critic observation of its own"
             )

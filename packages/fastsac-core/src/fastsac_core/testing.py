@@ -56,7 +56,11 @@ def tiny_config(**overrides: Any) -> FastSACConfig:
 
 
 def random_batch(rows: int, dims: EnvDims, generator: torch.Generator) -> Batch:
-    """A batch of random (unnormalised) transitions, some terminal and some invalid."""
+    """A batch of random (unnormalised) transitions, some terminal and some invalid.
+
+    With ``dims.critic_obs_is_obs`` the critic fields are the obs fields, as ``ReplayBuffer.sample``
+    returns them (the same random draws are made either way).
+    """
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator)
@@ -65,7 +69,7 @@ def random_batch(rows: int, dims: EnvDims, generator: torch.Generator) -> Batch:
         return torch.rand(*shape, generator=generator)
 
     low, high = torch.tensor(dims.action_low), torch.tensor(dims.action_high)
-    return Batch(
+    batch = Batch(
         obs=3.0 + 2.0 * randn(rows, dims.obs_dim),
         critic_obs=-1.0 + 0.5 * randn(rows, dims.critic_obs_dim),
         actions=low + (high - low) * uniform(rows, dims.act_dim),
@@ -76,6 +80,9 @@ def random_batch(rows: int, dims: EnvDims, generator: torch.Generator) -> Batch:
         discount=torch.full((rows,), 0.97),
         valid=(uniform(rows) > 0.05).float(),
     )
+    if dims.critic_obs_is_obs:
+        return batch._replace(critic_obs=batch.obs, next_critic_obs=batch.next_obs)
+    return batch
 
 
 def random_noise(rows: int, dims: EnvDims, generator: torch.Generator) -> UpdateNoise:
