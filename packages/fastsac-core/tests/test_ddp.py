@@ -37,7 +37,9 @@ def _compare(single: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
         torch.testing.assert_close(mean_loss, single["metrics"][call]["qf_loss"], atol=1e-5, rtol=1e-4)
 
 
-def _run_ranks(tmp_path: Path, args: tuple[Any, ...], device: str) -> list[dict[str, Any]]:
+def _run_ranks(
+    tmp_path: Path, args: tuple[Any, ...], device: str, shared_obs: bool = False
+) -> list[dict[str, Any]]:
     # Ranks are fresh interpreters (never forked); subprocess rather than multiprocessing, which would
     # leave its resource-tracker process running after the test.
     code = (
@@ -49,7 +51,9 @@ def _run_ranks(tmp_path: Path, args: tuple[Any, ...], device: str) -> list[dict[
                 sys.executable,
                 "-c",
                 code,
-                json.dumps([r, 2, str(tmp_path / "rdzv"), str(tmp_path / f"rank{r}.pt"), *args, device]),
+                json.dumps(
+                    [r, 2, str(tmp_path / "rdzv"), str(tmp_path / f"rank{r}.pt"), *args, device, shared_obs]
+                ),
             ]
         )
         for r in range(2)
@@ -66,13 +70,14 @@ def _run_ranks(tmp_path: Path, args: tuple[Any, ...], device: str) -> list[dict[
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
+def test_two_gloo_ranks_match_one_process(tmp_path: Path, shared_obs: bool) -> None:
     """Params, targets, alpha, normalizers of 2 gloo ranks on half batches equal 1 process on the full one."""
     fields = config_fields(tiny_config(batch_size=64, policy_frequency=2))
     args = (fields, CALLS, NUM_UPDATES, 7)
-    run_ddp_rank(0, 1, str(tmp_path / "unused"), str(tmp_path / "single.pt"), *args)
+    run_ddp_rank(0, 1, str(tmp_path / "unused"), str(tmp_path / "single.pt"), *args, "cpu", shared_obs)
     single = torch.load(tmp_path / "single.pt", weights_only=True)
-    ranks = _run_ranks(tmp_path, args, "cpu")
+    ranks = _run_ranks(tmp_path, args, "cpu", shared_obs)
     _compare(single, ranks)
     # and the ranks agree with each other exactly (same reduced gradients, same optimizer math)
     for key in ("actor", "qf", "log_alpha"):

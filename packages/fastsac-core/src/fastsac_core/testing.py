@@ -112,12 +112,14 @@ def run_ddp_rank(
     num_updates: int,
     data_seed: int,
     device: str = "cpu",
+    shared_obs: bool = False,
 ) -> None:
     """One gloo rank of the DDP-equivalence check: train on this rank's share, save the final state.
 
     Every rank (and the single-process reference, with ``world_size=1``) regenerates the same full
     batches and noise from ``data_seed`` and keeps its rows, so the union over ranks of each
-    minibatch equals the reference minibatch. ``device="cuda"`` uses NCCL and GPU ``rank``.
+    minibatch equals the reference minibatch. ``device="cuda"`` uses NCCL and GPU ``rank``;
+    ``shared_obs`` trains a critic that observes obs (``TINY_SHARED_DIMS``).
     """
     torch.manual_seed(1234 + rank)  # different on purpose: the initial broadcast must align the ranks
     torch.set_num_threads(1)
@@ -134,14 +136,15 @@ def run_ddp_rank(
         where = torch.device(f"cuda:{rank}") if device == "cuda" else torch.device("cpu")
         if where.type == "cuda":
             torch.cuda.set_device(where)
-        agent = FastSACAgent(TINY_DIMS, cfg, where, num_envs=1, world_size=world_size)
+        dims = TINY_SHARED_DIMS if shared_obs else TINY_DIMS
+        agent = FastSACAgent(dims, cfg, where, num_envs=1, world_size=world_size)
         generator = torch.Generator().manual_seed(data_seed)
         rows = cfg.batch_size * num_updates
         keep = _rank_rows(rows, num_updates, rank, world_size)
         metrics = []
         for _ in range(calls):
-            batch = random_batch(rows, TINY_DIMS, generator)
-            noise = random_noise(rows, TINY_DIMS, generator)
+            batch = random_batch(rows, dims, generator)
+            noise = random_noise(rows, dims, generator)
             mine = Batch(*(t[keep] for t in batch))
             my_noise = UpdateNoise(*(t[keep] for t in noise))
             my_noise = UpdateNoise(*(t.to(where) for t in my_noise))
