@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from fastsac_core import FastSACAgent
-from fastsac_core._replay import Batch
-from fastsac_core._step_graph import StepGraph, _distinct, _flatten, _rebuild
+from fastsac_core._replay import Batch, distinct_tensors
+from fastsac_core._step_graph import StepGraph, _flatten, _rebuild
 from fastsac_core.testing import TINY_DIMS, TINY_SHARED_DIMS, random_batch, random_noise, tiny_config
 
 
@@ -42,17 +42,17 @@ def test_rebuild_keeps_plain_tuples_plain() -> None:
 
 
 def test_an_argument_given_twice_gets_one_static_input() -> None:
-    """_distinct keeps one entry per tensor object; rebuilt arguments alias where the given ones did."""
+    """distinct_tensors keeps one entry per tensor object; rebuilt arguments alias where given ones did."""
     batch = _batch(3)
     shared = batch._replace(critic_obs=batch.obs, next_critic_obs=batch.next_obs)
-    distinct, positions = _distinct(_flatten([shared]))
+    distinct, positions = distinct_tensors(_flatten([shared]))
     assert len(distinct) == len(Batch._fields) - 2
     assert positions[Batch._fields.index("critic_obs")] == positions[Batch._fields.index("obs")]
     statics = [t.clone() for t in distinct]
     (rebuilt,) = _rebuild([shared], [statics[k] for k in positions])
     assert isinstance(rebuilt, Batch) and rebuilt.critic_obs is rebuilt.obs
     assert rebuilt.next_critic_obs is rebuilt.next_obs and rebuilt.actions is not rebuilt.obs
-    assert _distinct(_flatten([batch]))[1] == list(range(len(Batch._fields)))
+    assert distinct_tensors(_flatten([batch]))[1] == list(range(len(Batch._fields)))
 
 
 def test_step_graph_refuses_a_cpu_device_with_the_fix() -> None:

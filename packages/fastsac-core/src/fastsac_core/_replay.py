@@ -26,7 +26,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -69,11 +69,26 @@ class Batch(NamedTuple):
 
     def _map(self, fn: Callable[[Tensor], Tensor]) -> Batch:
         """``fn`` of every field, once per distinct tensor (a critic that observes obs stays obs)."""
-        done: dict[int, Tensor] = {}
-        for t in self:
-            if id(t) not in done:
-                done[id(t)] = fn(t)
-        return Batch(*(done[id(t)] for t in self))
+        distinct, positions = distinct_tensors(self)
+        mapped = [fn(t) for t in distinct]
+        return Batch(*(mapped[k] for k in positions))
+
+
+def distinct_tensors(tensors: Sequence[Tensor]) -> tuple[list[Tensor], list[int]]:
+    """The distinct tensors of ``tensors`` (by identity, first-seen order) and each entry's index among them.
+
+    Fields that are one tensor (``Batch.critic_obs is obs`` for a critic that observes obs) are
+    handled once, and whatever is rebuilt from the distinct ones keeps them one tensor.
+    """
+    index: dict[int, int] = {}
+    distinct: list[Tensor] = []
+    positions: list[int] = []
+    for tensor in tensors:
+        if id(tensor) not in index:
+            index[id(tensor)] = len(distinct)
+            distinct.append(tensor)
+        positions.append(index[id(tensor)])
+    return distinct, positions
 
 
 class ReplayBuffer:

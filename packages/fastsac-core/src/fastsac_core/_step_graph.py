@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from ._replay import distinct_tensors
+
 __all__ = ["StepGraph"]
 
 Arg = Tensor | tuple[Tensor, ...]
@@ -52,23 +54,6 @@ def _flatten(args: Sequence[Arg]) -> list[Tensor]:
     for arg in args:
         flat.extend(arg if isinstance(arg, tuple) else (arg,))
     return flat
-
-
-def _distinct(flat: Sequence[Tensor]) -> tuple[list[Tensor], list[int]]:
-    """The distinct tensors of ``flat`` (by identity, first-seen order) and each entry's index among them.
-
-    A step argument that is another one (a critic that observes obs: ``Batch.critic_obs is obs``)
-    gets one static input, copied once per call, and the step sees one tensor twice, as it was given.
-    """
-    index: dict[int, int] = {}
-    distinct: list[Tensor] = []
-    positions: list[int] = []
-    for tensor in flat:
-        if id(tensor) not in index:
-            index[id(tensor)] = len(distinct)
-            distinct.append(tensor)
-        positions.append(index[id(tensor)])
-    return distinct, positions
 
 
 def _rebuild(like: Sequence[Arg], flat: Sequence[Tensor]) -> list[Arg]:
@@ -136,7 +121,8 @@ class StepGraph:
         Arguments of other shapes or dtypes than the static inputs start over: warm-up, then a capture
         for the new shapes (a copy into the old static inputs would broadcast silently).
         """
-        distinct, positions = _distinct(_flatten(args))
+        # An argument given twice gets one static input, copied once; the step sees it twice, as given.
+        distinct, positions = distinct_tensors(_flatten(args))
         signature = (*((t.shape, t.dtype) for t in distinct), tuple(positions))
         if signature != self._signature:
             self.reset()
