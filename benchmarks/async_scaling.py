@@ -4,7 +4,7 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
        [--envs-per-collector 32]
        [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
        [--parts scaling ceiling learner inference] [--no-ceiling]
-       [--bare-sleep-ms 0] [--bare-bind] [--bare-load]
+       [--bare-sleep-ms 0] [--bare-bind] [--bare-load] [--bare-collector]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that only drains (tiny networks, ``learning_starts`` never
@@ -19,7 +19,11 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   long run every collector goes at the slowest one's pace: ``lockstep`` is N x the slowest bare
   process, the ceiling of that design on cores that are not uniform. ``--bare-sleep-ms``, ``--bare-bind``
   and ``--bare-load`` give the bare processes one condition of a collector each (idling after each
-  step, numa_bind's CPU and memory binding, busy learner CPUs), to find what slows a collector's step.
+  step, numa_bind's CPU and memory binding, busy learner CPUs), and ``--bare-collector`` steps them
+  through a real ``Collector`` pushing into its own ring (read back in the same process), to find what
+  slows a collector's step. Every row also says where the stepping processes' wall time went: on
+  their CPU, runnable but waiting for it (``runq``: another thread of this machine had it) and the
+  CPU's ``steal`` (the hypervisor gave it to someone else).
 * ceiling: only the bare processes of each N, under the ``--bare-*`` conditions (cheap diagnostics).
 * learner: updates/s of the ``humanoid`` task's ``FastSACAgent.update`` chunks alone against the same
   loop draining a host ring before every chunk while a producer process keeps it full (the ingest overhead).
@@ -30,6 +34,7 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import multiprocessing as mp
@@ -38,15 +43,25 @@ import platform
 import queue
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import torch
 
-from fastsac_async import AsyncOptions, EngineSpec, EngineStats, Ingestor, run_engine
+from fastsac_async import (
+    AsyncOptions,
+    Collector,
+    CollectorSettings,
+    EngineSpec,
+    EngineStats,
+    Ingestor,
+    run_engine,
+)
 from fastsac_async.spec import ring_layout
-from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
+from fastsac_core import BatchedEnv, EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
 from numa_bind import bind_current_process, discover_host
 from shm_transport import HostRing, HostRingHandle
 from topology import TrainerTopology, resolve_trainer_topology
@@ -70,10 +85,103 @@ def _pinned_topology(envs: int, collectors: int, device: str) -> TrainerTopology
     )  # fmt: skip
 
 
+def _schedstat(task: str = "thread-self") -> tuple[float, float]:
+    """(s on a CPU, s runnable but waiting for a CPU) of a thread so far (``/proc/<task>/schedstat``).
+
+    ``task`` is ``thread-self`` or a pid (whose main thread is read).
+    """
+    with open(f"/proc/{task}/schedstat") as f:
+        run_ns, wait_ns, _ = f.read().split()
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
+
+def _steal(cpus: list[int]) -> tuple[int, int]:
+    """(all jiffies, stolen jiffies) so far, summed over ``cpus`` (``/proc/stat``).
+
+    Steal: the hypervisor ran something else on the vCPU while it had work.
+    """
+    total = steal = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *values = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                ticks = [int(v) for v in values]
+                total += sum(ticks[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+                steal += ticks[7]
+    return total, steal
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuShares:
+    """Where a stepping process's wall time went, in percent, apart from its own CPU work."""
+
+    on_cpu: float
+    """Its main thread ran (env steps, and for a collector also the pipeline's own work)."""
+    runq: float
+    """Its main thread was runnable but another thread had its CPU (contention inside the guest)."""
+    steal: float
+    """Its CPU's time the hypervisor gave to someone else (contention outside the guest)."""
+
+    def __str__(self) -> str:
+        return f"cpu {self.on_cpu:.0f}% runq {self.runq:.1f}% steal {self.steal:.1f}%"
+
+
+def _shares(
+    wall: float, before: tuple[float, float], after: tuple[float, float],
+    steal: tuple[int, int], steal_after: tuple[int, int],
+) -> CpuShares:  # fmt: skip
+    jiffies = max(1, steal_after[0] - steal[0])
+    return CpuShares(
+        on_cpu=100 * (after[0] - before[0]) / wall,
+        runq=100 * (after[1] - before[1]) / wall,
+        steal=100 * (steal_after[1] - steal[1]) / jiffies,
+    )
+
+
+def _mean_shares(shares: list[CpuShares]) -> CpuShares:
+    n = max(1, len(shares))
+    return CpuShares(*(sum(getattr(s, f.name) for s in shares) / n for f in dataclasses.fields(CpuShares)))
+
+
+class _CollectorSampler:
+    """Schedstat and steal of every pinned collector process, sampled at each stats tick."""
+
+    def __init__(self, cpus: list[int]) -> None:
+        self.cpus = cpus
+        self.samples: list[
+            tuple[float, float, dict[int, tuple[float, float]], dict[int, tuple[int, int]]]
+        ] = []
+
+    def sample(self, elapsed: float) -> None:
+        """Record (elapsed, wall, {cpu: schedstat of the collector pinned there}, {cpu: steal}) now."""
+        stats: dict[int, tuple[float, float]] = {}
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error, OSError, ValueError):
+                affinity = child.cpu_affinity()
+                if len(affinity) == 1 and affinity[0] in self.cpus:
+                    stats[affinity[0]] = _schedstat(str(child.pid))
+        steal = {c: _steal([c]) for c in self.cpus}
+        self.samples.append((elapsed, time.monotonic(), stats, steal))
+
+    def shares(self, after_s: float) -> CpuShares:
+        """Mean shares of the collectors between the first sample after ``after_s`` and the last."""
+        late = [s for s in self.samples if s[0] > after_s]
+        if len(late) < 2:
+            return CpuShares(math.nan, math.nan, math.nan)
+        (_, t0, run0, steal0), (_, t1, run1, steal1) = late[0], late[-1]
+        return _mean_shares(
+            [
+                _shares(t1 - t0, run0[c], run1[c], steal0[c], steal1[c])
+                for c in self.cpus
+                if c in run0 and c in run1
+            ]
+        )
+
+
 def scaling(
     task: str, collectors: int, envs: int, seconds: float, device: str
-) -> tuple[float, float, dict[str, float]]:
-    """Env steps/s, collectors' wait share and ms per stage occurrence, N collectors.
+) -> tuple[float, float, dict[str, float], CpuShares]:
+    """Env steps/s, collectors' wait share, ms per stage occurrence and CPU shares, N collectors.
 
     ``collectors`` pinned CPU collectors, acting randomly, and a learner on ``device`` that drains.
 
@@ -86,16 +194,23 @@ def scaling(
         num_updates=1, learning_starts=10**9, compile=False, cudagraphs=False, amp=False,
     )  # fmt: skip
     ticks: list[EngineStats] = []
+    topology = _pinned_topology(envs, collectors, device)
+    sampler = _CollectorSampler([p.cpus[0] for p in topology.collectors if p.cpus])
+
+    def on_tick(tick: EngineStats) -> None:
+        ticks.append(tick)
+        sampler.sample(tick.elapsed_s)
+
     with tempfile.TemporaryDirectory(prefix="async_scaling_") as run_dir:
         spec = EngineSpec(
-            topology=_pinned_topology(envs, collectors, device),
+            topology=topology,
             env_factory=factory, dims=probe_dims(factory), agent=agent,
             options=AsyncOptions(num_collectors=collectors, utd_mode="learner_bound",
                                  collector_inference_device="cpu"),
             seed=0, num_iterations=10**9, logging_interval=5, save_interval=0, run_dir=Path(run_dir),
             time_limit_s=seconds,
         )  # fmt: skip
-        run_engine(spec, ticks.append)
+        run_engine(spec, on_tick)
     late = [t for t in ticks if t.elapsed_s > seconds / 3] or ticks
     rate = sum(t.summary.steps_per_s for t in late) / max(1, len(late))
     stages = sorted({k for t in late for k in t.summary.timing_ms})
@@ -106,7 +221,7 @@ def scaling(
            for i in range(collectors)]  # fmt: skip
     means = [sum(v) / len(v) for v in own if v] or [math.nan]
     timing["env_step_fastest"], timing["env_step_slowest"] = min(means), max(means)
-    return rate, wait_pct, timing
+    return rate, wait_pct, timing, sampler.shares(seconds / 3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,15 +234,17 @@ class BareConditions:
     """Bind CPU and memory with numa_bind as a collector does (memory policy included)."""
     load: bool = False
     """Keep the learner's CPUs busy meanwhile (one spinning process on each)."""
+    collector: bool = False
+    """Step through a real :class:`Collector` (its own ring, read back in the same process)."""
 
 
 def _bare_steps(
     task: str, envs: int, cpu: int | None, node: int | None, seconds: float, cond: BareConditions,
-    out: mp.Queue[tuple[float, float]],
+    out: mp.Queue[tuple[float, float, CpuShares]],
 ) -> None:  # fmt: skip
     """One ceiling process: step ``envs`` envs with random actions under ``cond``.
 
-    Puts (env steps/s, mean ms inside ``env.step``) over the last 2/3 of ``seconds``.
+    Puts (env steps/s, mean ms inside ``env.step``, CPU shares) over the last 2/3 of ``seconds``.
     """
     if cond.bind:
         bind_current_process(cpus=None if cpu is None else [cpu], nodes=None if node is None else [node])
@@ -135,17 +252,61 @@ def _bare_steps(
         os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(1)
     env = MujocoEnvFactory(env_id=task)(envs, 0)
-    env.reset()
+    step = _collector_step(env) if cond.collector else _plain_step(env)
     start = time.perf_counter()
     measured_from, steps, in_step = start + seconds / 3, 0, 0.0
+    cpus = [cpu] if cpu is not None else sorted(os.sched_getaffinity(0))
+    first: tuple[float, tuple[float, float], tuple[int, int]] | None = None
     while (now := time.perf_counter()) < start + seconds:
-        env.step(env.sample_actions())
+        if now >= measured_from and first is None:
+            first = (now, _schedstat(), _steal(cpus))
+        ms = step()
         if now >= measured_from:
             steps += 1
-            in_step += time.perf_counter() - now
+            in_step += ms
         if cond.sleep_ms > 0:
             time.sleep(cond.sleep_ms / 1e3)
-    out.put((steps * envs / (seconds * 2 / 3), 1e3 * in_step / max(1, steps)))
+    assert first is not None, "the measured window was empty"
+    shares = _shares(time.perf_counter() - first[0], first[1], _schedstat(), first[2], _steal(cpus))
+    out.put((steps * envs / (seconds * 2 / 3), in_step / max(1, steps), shares))
+
+
+def _plain_step(env: BatchedEnv) -> Callable[[], float]:
+    """A bare step: random actions into ``env.step``; returns ms inside it."""
+    env.reset()
+
+    def step() -> float:
+        actions = env.sample_actions()
+        start = time.perf_counter()
+        env.step(actions)
+        return 1e3 * (time.perf_counter() - start)
+
+    return step
+
+
+def _collector_step(env: BatchedEnv) -> Callable[[], float]:
+    """A real :class:`Collector` step (random actions, push into its own ring, read back); ms in env.step.
+
+    Everything a pipeline collector does in its own thread, without any other process.
+    """
+    dims = env.dims
+    ring = HostRing.create(ring_layout(dims, env.num_envs), 8)
+    ring.unlink()  # only this process maps it: no name to leak
+    settings = CollectorSettings(
+        index=0, budget=10**12, learning_starts=10**12, resume=False, weight_poll_interval=1,
+        idle_sleep_s=5e-4, stats_interval=10**9,
+    )  # fmt: skip
+    tiny = FastSACConfig(actor_hidden_dim=64, critic_hidden_dim=64, num_atoms=11)
+    collector = Collector(settings=settings, env=env, ring=ring, weights=None,
+                          policy=InferencePolicy(dims, tiny, device="cpu"))  # fmt: skip
+
+    def step() -> float:
+        before = collector.timer.total_s("env_step")
+        assert collector.step_once(), "the ring is read back after every push"
+        ring.commit_reads(ring.read_span(8)[0])
+        return 1e3 * (collector.timer.total_s("env_step") - before)
+
+    return step
 
 
 def _spin(cpu: int, stop: EventType) -> None:
@@ -158,11 +319,11 @@ def _spin(cpu: int, stop: EventType) -> None:
 
 def ceiling(
     task: str, collectors: int, envs: int, seconds: float, device: str, cond: BareConditions
-) -> list[tuple[float, float]]:
-    """(env steps/s, env_step ms) of each of ``collectors`` bare processes on the collectors' CPUs."""
+) -> list[tuple[float, float, CpuShares]]:
+    """(env steps/s, env_step ms, CPU shares) of ``collectors`` bare processes on the collectors' CPUs."""
     topology = _pinned_topology(envs, collectors, device)
     ctx = mp.get_context("spawn")
-    out: mp.Queue[tuple[float, float]] = ctx.Queue()
+    out: mp.Queue[tuple[float, float, CpuShares]] = ctx.Queue()
     stop = ctx.Event()
     stepping = [
         ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus[0] if p.cpus else None,
@@ -173,7 +334,7 @@ def ceiling(
         ctx.Process(target=_spin, args=(c, stop), daemon=True)
         for c in (topology.learners[0].cpus or () if cond.load else ())
     ]
-    results: list[tuple[float, float]] = []
+    results: list[tuple[float, float, CpuShares]] = []
     try:
         for proc in stepping + spinning:
             proc.start()
@@ -314,12 +475,18 @@ def main() -> None:
     parser.add_argument("--bare-bind", action="store_true", help="ceiling processes bind like collectors")
     parser.add_argument("--bare-load", action="store_true", help="keep the learner's CPUs busy meanwhile")
     parser.add_argument(
+        "--bare-collector", action="store_true",
+        help="ceiling processes step through a real Collector and its own ring (no other process)",
+    )  # fmt: skip
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads of the learner/inference parts (workers use 1)"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"machine: {_machine()}, {args.threads} torch thread(s) in this process")
-    conditions = BareConditions(sleep_ms=args.bare_sleep_ms, bind=args.bare_bind, load=args.bare_load)
+    conditions = BareConditions(
+        sleep_ms=args.bare_sleep_ms, bind=args.bare_bind, load=args.bare_load, collector=args.bare_collector
+    )
     per = args.envs_per_collector
     if "scaling" in args.parts:
         print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
@@ -332,26 +499,28 @@ def main() -> None:
         for n in args.collectors:
             envs = per * n
             bare = (
-                [(math.nan, math.nan)]
+                [(math.nan, math.nan, CpuShares(math.nan, math.nan, math.nan))]
                 if args.no_ceiling
                 else ceiling(args.task, n, envs, args.seconds, args.device, conditions)
             )
-            rates, step_ms = [r for r, _ in bare], [ms for _, ms in bare]
+            rates, step_ms = [r for r, _, _ in bare], [ms for _, ms, _ in bare]
             top, lockstep = sum(rates), n * min(rates)
-            bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f}"
-            rate, wait_pct, timing = scaling(args.task, n, envs, args.seconds, args.device)
+            bare_shares = _mean_shares([s for *_, s in bare])
+            bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f} ({bare_shares})"
+            rate, wait_pct, timing, shares = scaling(args.task, n, envs, args.seconds, args.device)
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {rate / base / n:>5.2f} {top:>8.0f} "
                   f"{rate / top:>9.2f} {lockstep:>8.0f} {rate / lockstep:>10.2f} "
-                  f"{wait_pct:>6.1f}  {stages} {bare_ms}", flush=True)  # fmt: skip
+                  f"{wait_pct:>6.1f}  {stages} ({shares}); {bare_ms}", flush=True)  # fmt: skip
     if "ceiling" in args.parts:  # the bare processes alone, under the chosen conditions
         print(f"\nbare {args.task} processes, {per} envs each, {args.seconds:g} s, {conditions}")
         for n in args.collectors:
             bare = ceiling(args.task, n, per * n, args.seconds, args.device, conditions)
-            rates, step_ms = [r for r, _ in bare], [ms for _, ms in bare]
+            rates, step_ms = [r for r, _, _ in bare], [ms for _, ms, _ in bare]
+            shares = _mean_shares([s for *_, s in bare])
             print(f"{n:>10} {sum(rates):>12.0f}  lockstep {n * min(rates):.0f}  "
-                  f"env_step {min(step_ms):.2f}..{max(step_ms):.2f} ms", flush=True)  # fmt: skip
+                  f"env_step {min(step_ms):.2f}..{max(step_ms):.2f} ms ({shares})", flush=True)  # fmt: skip
     if "learner" in args.parts:
         plain, ingesting, per_chunk = learner_overhead(args.device, args.learner_seconds)
         print(f"\nlearner on {args.device}, task humanoid (448 envs, batch 7168), chunks of 8 updates: "
