@@ -3,7 +3,7 @@
 Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 14] [--envs 1024]
        [--envs-per-collector 32]
        [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
-       [--parts scaling ceiling learner inference] [--no-ceiling]
+       [--parts scaling ceiling learner inference] [--no-ceiling] [--shared-cpus]
        [--bare-sleep-ms 0] [--bare-bind] [--bare-load] [--bare-collector]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
@@ -24,6 +24,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   slows a collector's step. Every row also says where the stepping processes' wall time went: on
   their CPU, runnable but waiting for it (``runq``: another thread of this machine had it) and the
   CPU's ``steal`` (the hypervisor gave it to someone else).
+  ``--shared-cpus`` lets every collector (and bare process) run on any of the collectors' CPUs instead
+  of one CPU each: a lockstep pipeline then moves at the cores' mean pace, not the slowest one's.
 * ceiling: only the bare processes of each N, under the ``--bare-*`` conditions (cheap diagnostics).
 * learner: updates/s of the ``humanoid`` task's ``FastSACAgent.update`` chunks alone against the same
   loop draining a host ring before every chunk while a producer process keeps it full (the ingest overhead).
@@ -73,16 +75,31 @@ def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {gpu}, torch {torch.__version__}"
 
 
-def _pinned_topology(envs: int, collectors: int, device: str) -> TrainerTopology:
-    """The production layout: one pinned CPU per collector, the learner on ``device`` with up to 2 others."""
-    cpus_per_learner = min(2, max(1, len(os.sched_getaffinity(0)) - collectors))
-    return resolve_trainer_topology(
+def _pinned_topology(envs: int, collectors: int, device: str, shared: bool = False) -> TrainerTopology:
+    """The production layout: the learner on ``device`` with up to 2 CPUs of its own, the rest for collectors.
+
+    Each collector is pinned to one CPU of its own, or with ``shared`` every collector may run on any
+    of the collectors' CPUs (then there may be more collectors than CPUs).
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus_per_learner = min(2, max(1, len(allowed) - (1 if shared else collectors)))
+    topology = resolve_trainer_topology(
         num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs, trainer_device=device,
         learner_devices=None, num_cuda_devices=torch.cuda.device_count() if device.startswith("cuda") else 0,
-        collector_inference_device="cpu", cpus_per_collector=1, cpus_per_learner=cpus_per_learner,
-        transition_ipc="off", weight_ipc="off", weight_ipc_min_bytes=1 << 24, actor_param_bytes=0,
+        collector_inference_device="cpu", cpus_per_collector=None if shared else 1,
+        cpus_per_learner=cpus_per_learner, transition_ipc="off", weight_ipc="off",
+        weight_ipc_min_bytes=1 << 24, actor_param_bytes=0,
         host=discover_host(with_gpus=device.startswith("cuda")),
     )  # fmt: skip
+    if not shared:
+        return topology
+    # One NUMA node leaves everything unpinned with cpus_per_collector=None: pin as a multi-node host does.
+    learner_cpus, pool = tuple(allowed[-cpus_per_learner:]), tuple(allowed[:-cpus_per_learner])
+    return dataclasses.replace(
+        topology,
+        learners=tuple(dataclasses.replace(p, cpus=learner_cpus) for p in topology.learners),
+        collectors=tuple(dataclasses.replace(p, cpus=pool) for p in topology.collectors),
+    )
 
 
 def _schedstat(task: str = "thread-self") -> tuple[float, float]:
@@ -144,24 +161,20 @@ def _mean_shares(shares: list[CpuShares]) -> CpuShares:
 
 
 class _CollectorSampler:
-    """Schedstat and steal of every pinned collector process, sampled at each stats tick."""
+    """Schedstat of every collector process and steal of the collectors' CPUs, sampled at each stats tick."""
 
-    def __init__(self, cpus: list[int]) -> None:
+    def __init__(self, cpus: set[int]) -> None:
         self.cpus = cpus
-        self.samples: list[
-            tuple[float, float, dict[int, tuple[float, float]], dict[int, tuple[int, int]]]
-        ] = []
+        self.samples: list[tuple[float, float, dict[int, tuple[float, float]], tuple[int, int]]] = []
 
     def sample(self, elapsed: float) -> None:
-        """Record (elapsed, wall, {cpu: schedstat of the collector pinned there}, {cpu: steal}) now."""
+        """Record (elapsed, wall, {pid: schedstat} of the collectors, steal of their CPUs) now."""
         stats: dict[int, tuple[float, float]] = {}
         for child in psutil.Process().children():
             with contextlib.suppress(psutil.Error, OSError, ValueError):
-                affinity = child.cpu_affinity()
-                if len(affinity) == 1 and affinity[0] in self.cpus:
-                    stats[affinity[0]] = _schedstat(str(child.pid))
-        steal = {c: _steal([c]) for c in self.cpus}
-        self.samples.append((elapsed, time.monotonic(), stats, steal))
+                if set(child.cpu_affinity()) <= self.cpus:  # the learner has CPUs of its own
+                    stats[child.pid] = _schedstat(str(child.pid))
+        self.samples.append((elapsed, time.monotonic(), stats, _steal(sorted(self.cpus))))
 
     def shares(self, after_s: float) -> CpuShares:
         """Mean shares of the collectors between the first sample after ``after_s`` and the last."""
@@ -170,23 +183,18 @@ class _CollectorSampler:
             return CpuShares(math.nan, math.nan, math.nan)
         (_, t0, run0, steal0), (_, t1, run1, steal1) = late[0], late[-1]
         return _mean_shares(
-            [
-                _shares(t1 - t0, run0[c], run1[c], steal0[c], steal1[c])
-                for c in self.cpus
-                if c in run0 and c in run1
-            ]
+            [_shares(t1 - t0, run0[pid], run1[pid], steal0, steal1) for pid in run0 if pid in run1]
         )
 
 
 def scaling(
-    task: str, collectors: int, envs: int, seconds: float, device: str
+    task: str, collectors: int, envs: int, seconds: float, device: str, shared: bool
 ) -> tuple[float, float, dict[str, float], CpuShares]:
     """Env steps/s, collectors' wait share, ms per stage occurrence and CPU shares, N collectors.
 
-    ``collectors`` pinned CPU collectors, acting randomly, and a learner on ``device`` that drains.
-
-    Each collector has a CPU of its own and the learner up to two others (``cpus_per_collector=1``), as in
-    a real run: an unpinned learner would compete with the collectors for their cores.
+    ``collectors`` collectors acting randomly and a learner on ``device`` that drains. Each collector
+    has a CPU of its own (``shared``: they share the collectors' CPUs) and the learner up to two
+    others, as in a real run: an unpinned learner would compete with the collectors for their cores.
     """
     factory = MujocoEnvFactory(env_id=task)
     agent = FastSACConfig(
@@ -194,8 +202,8 @@ def scaling(
         num_updates=1, learning_starts=10**9, compile=False, cudagraphs=False, amp=False,
     )  # fmt: skip
     ticks: list[EngineStats] = []
-    topology = _pinned_topology(envs, collectors, device)
-    sampler = _CollectorSampler([p.cpus[0] for p in topology.collectors if p.cpus])
+    topology = _pinned_topology(envs, collectors, device, shared)
+    sampler = _CollectorSampler({cpu for p in topology.collectors for cpu in p.cpus or ()})
 
     def on_tick(tick: EngineStats) -> None:
         ticks.append(tick)
@@ -239,27 +247,27 @@ class BareConditions:
 
 
 def _bare_steps(
-    task: str, envs: int, cpu: int | None, node: int | None, seconds: float, cond: BareConditions,
-    out: mp.Queue[tuple[float, float, CpuShares]],
+    task: str, envs: int, cpus: tuple[int, ...] | None, node: int | None, seconds: float,
+    cond: BareConditions, out: mp.Queue[tuple[float, float, CpuShares]],
 ) -> None:  # fmt: skip
     """One ceiling process: step ``envs`` envs with random actions under ``cond``.
 
     Puts (env steps/s, mean ms inside ``env.step``, CPU shares) over the last 2/3 of ``seconds``.
     """
     if cond.bind:
-        bind_current_process(cpus=None if cpu is None else [cpu], nodes=None if node is None else [node])
-    elif cpu is not None:
-        os.sched_setaffinity(0, {cpu})
+        bind_current_process(cpus=cpus, nodes=None if node is None else [node])
+    elif cpus is not None:
+        os.sched_setaffinity(0, cpus)
     torch.set_num_threads(1)
     env = MujocoEnvFactory(env_id=task)(envs, 0)
     step = _collector_step(env) if cond.collector else _plain_step(env)
     start = time.perf_counter()
     measured_from, steps, in_step = start + seconds / 3, 0, 0.0
-    cpus = [cpu] if cpu is not None else sorted(os.sched_getaffinity(0))
+    mine = sorted(os.sched_getaffinity(0))
     first: tuple[float, tuple[float, float], tuple[int, int]] | None = None
     while (now := time.perf_counter()) < start + seconds:
         if now >= measured_from and first is None:
-            first = (now, _schedstat(), _steal(cpus))
+            first = (now, _schedstat(), _steal(mine))
         ms = step()
         if now >= measured_from:
             steps += 1
@@ -267,7 +275,7 @@ def _bare_steps(
         if cond.sleep_ms > 0:
             time.sleep(cond.sleep_ms / 1e3)
     assert first is not None, "the measured window was empty"
-    shares = _shares(time.perf_counter() - first[0], first[1], _schedstat(), first[2], _steal(cpus))
+    shares = _shares(time.perf_counter() - first[0], first[1], _schedstat(), first[2], _steal(mine))
     out.put((steps * envs / (seconds * 2 / 3), in_step / max(1, steps), shares))
 
 
@@ -318,15 +326,15 @@ def _spin(cpu: int, stop: EventType) -> None:
 
 
 def ceiling(
-    task: str, collectors: int, envs: int, seconds: float, device: str, cond: BareConditions
+    task: str, collectors: int, envs: int, seconds: float, device: str, cond: BareConditions, shared: bool
 ) -> list[tuple[float, float, CpuShares]]:
     """(env steps/s, env_step ms, CPU shares) of ``collectors`` bare processes on the collectors' CPUs."""
-    topology = _pinned_topology(envs, collectors, device)
+    topology = _pinned_topology(envs, collectors, device, shared)
     ctx = mp.get_context("spawn")
     out: mp.Queue[tuple[float, float, CpuShares]] = ctx.Queue()
     stop = ctx.Event()
     stepping = [
-        ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus[0] if p.cpus else None,
+        ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus,
                                               p.numa_node, seconds, cond, out), daemon=True)
         for p in topology.collectors
     ]  # fmt: skip
@@ -469,6 +477,10 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["scaling", "learner", "inference"])
     parser.add_argument("--no-ceiling", action="store_true", help="scaling without its bare-process ceiling")
     parser.add_argument(
+        "--shared-cpus", action="store_true",
+        help="every collector (and bare process) may run on any collector CPU, instead of one CPU each",
+    )  # fmt: skip
+    parser.add_argument(
         "--bare-sleep-ms", type=float, default=0.0,
         help="ceiling processes sleep this long after each step (does idling slow the next step?)",
     )  # fmt: skip
@@ -489,7 +501,8 @@ def main() -> None:
     )
     per = args.envs_per_collector
     if "scaling" in args.parts:
-        print(f"\n{args.task}, {per} envs per collector, pinned CPU collectors, learner on {args.device}, "
+        pinning = "collectors sharing their CPUs" if args.shared_cpus else "one pinned CPU per collector"
+        print(f"\n{args.task}, {per} envs per collector, {pinning}, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
         header = (
             f"{'collectors':>10} {'env steps/s':>12} {'x one':>7} {'/ N':>5} {'ceiling':>8} {'/ ceiling':>9}"
@@ -501,22 +514,25 @@ def main() -> None:
             bare = (
                 [(math.nan, math.nan, CpuShares(math.nan, math.nan, math.nan))]
                 if args.no_ceiling
-                else ceiling(args.task, n, envs, args.seconds, args.device, conditions)
+                else ceiling(args.task, n, envs, args.seconds, args.device, conditions, args.shared_cpus)
             )
             rates, step_ms = [r for r, _, _ in bare], [ms for _, ms, _ in bare]
             top, lockstep = sum(rates), n * min(rates)
             bare_shares = _mean_shares([s for *_, s in bare])
             bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f} ({bare_shares})"
-            rate, wait_pct, timing, shares = scaling(args.task, n, envs, args.seconds, args.device)
+            rate, wait_pct, timing, shares = scaling(
+                args.task, n, envs, args.seconds, args.device, args.shared_cpus
+            )
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {rate / base / n:>5.2f} {top:>8.0f} "
                   f"{rate / top:>9.2f} {lockstep:>8.0f} {rate / lockstep:>10.2f} "
                   f"{wait_pct:>6.1f}  {stages} ({shares}); {bare_ms}", flush=True)  # fmt: skip
     if "ceiling" in args.parts:  # the bare processes alone, under the chosen conditions
-        print(f"\nbare {args.task} processes, {per} envs each, {args.seconds:g} s, {conditions}")
+        print(f"\nbare {args.task} processes, {per} envs each, {args.seconds:g} s, {conditions}, "
+              f"shared CPUs {args.shared_cpus}")  # fmt: skip
         for n in args.collectors:
-            bare = ceiling(args.task, n, per * n, args.seconds, args.device, conditions)
+            bare = ceiling(args.task, n, per * n, args.seconds, args.device, conditions, args.shared_cpus)
             rates, step_ms = [r for r, _, _ in bare], [ms for _, ms, _ in bare]
             shares = _mean_shares([s for *_, s in bare])
             print(f"{n:>10} {sum(rates):>12.0f}  lockstep {n * min(rates):.0f}  "
