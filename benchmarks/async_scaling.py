@@ -78,12 +78,13 @@ def _machine() -> str:
 def _pinned_topology(envs: int, collectors: int, device: str, shared: bool = False) -> TrainerTopology:
     """The production layout: the learner on ``device`` with up to 2 CPUs of its own, the rest for collectors.
 
-    Each collector is pinned to one CPU of its own, or with ``shared`` every collector may run on any
-    of the collectors' CPUs (then there may be more collectors than CPUs).
+    Each collector is pinned to one CPU of its own (``cpus_per_collector=1``), or with ``shared`` every
+    collector may run on any of the collectors' CPUs (``cpus_per_collector=None``; then there may be
+    more collectors than CPUs).
     """
-    allowed = sorted(os.sched_getaffinity(0))
-    cpus_per_learner = min(2, max(1, len(allowed) - (1 if shared else collectors)))
-    topology = resolve_trainer_topology(
+    allowed = len(os.sched_getaffinity(0))
+    cpus_per_learner = min(2, max(1, allowed - (1 if shared else collectors)))
+    return resolve_trainer_topology(
         num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs, trainer_device=device,
         learner_devices=None, num_cuda_devices=torch.cuda.device_count() if device.startswith("cuda") else 0,
         collector_inference_device="cpu", cpus_per_collector=None if shared else 1,
@@ -91,15 +92,6 @@ def _pinned_topology(envs: int, collectors: int, device: str, shared: bool = Fal
         weight_ipc_min_bytes=1 << 24, actor_param_bytes=0,
         host=discover_host(with_gpus=device.startswith("cuda")),
     )  # fmt: skip
-    if not shared:
-        return topology
-    # One NUMA node leaves everything unpinned with cpus_per_collector=None: pin as a multi-node host does.
-    learner_cpus, pool = tuple(allowed[-cpus_per_learner:]), tuple(allowed[:-cpus_per_learner])
-    return dataclasses.replace(
-        topology,
-        learners=tuple(dataclasses.replace(p, cpus=learner_cpus) for p in topology.learners),
-        collectors=tuple(dataclasses.replace(p, cpus=pool) for p in topology.collectors),
-    )
 
 
 def _schedstat(task: str = "thread-self") -> tuple[float, float]:

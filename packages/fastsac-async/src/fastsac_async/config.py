@@ -21,7 +21,8 @@ class AsyncOptions:
     learner_devices: tuple[str, ...] | None = None
     """Explicit learner devices (e.g. ("cuda:0", "cuda:1")); None expands from the trainer device."""
     cpus_per_collector: int | None = None
-    """CPUs given to each collector, carved from its node; None leaves collectors unpinned."""
+    """CPUs given to each collector, carved from its node; None: the collectors share the CPUs left after
+    the learners' (topology's Note [CPU placement])."""
     ring_capacity: int = 64
     """Slots per collector ring; each slot holds one env-step batch of that collector's envs."""
     utd_mode: Literal["strict", "learner_bound"] = "strict"
