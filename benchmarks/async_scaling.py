@@ -4,7 +4,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
        [--envs-per-collector 32]
        [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
        [--parts scaling ceiling learner inference] [--no-ceiling] [--shared-cpus]
-       [--bare-sleep-ms 0] [--bare-bind] [--bare-load] [--bare-collector]
+       [--bare-sleep-ms 0] [--bare-spin-ms 0] [--bare-bind] [--bare-load] [--bare-collector]
+       [--collector-spin-ms 0]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that only drains (tiny networks, ``learning_starts`` never
@@ -24,6 +25,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   slows a collector's step. Every row also says where the stepping processes' wall time went: on
   their CPU, runnable but waiting for it (``runq``: another thread of this machine had it) and the
   CPU's ``steal`` (the hypervisor gave it to someone else).
+  ``--collector-spin-ms`` has a collector facing a full ring poll it that long before each back-off
+  sleep (``collector_spin_s``; ``--bare-spin-ms`` is its bare counterpart to ``--bare-sleep-ms``).
   ``--shared-cpus`` lets every collector (and bare process) run on any of the collectors' CPUs instead
   of one CPU each: a lockstep pipeline then moves at the cores' mean pace, not the slowest one's.
 * ceiling: only the bare processes of each N, under the ``--bare-*`` conditions (cheap diagnostics).
@@ -180,7 +183,7 @@ class _CollectorSampler:
 
 
 def scaling(
-    task: str, collectors: int, envs: int, seconds: float, device: str, shared: bool
+    task: str, collectors: int, envs: int, seconds: float, device: str, shared: bool, spin_s: float = 0.0
 ) -> tuple[float, float, dict[str, float], CpuShares]:
     """Env steps/s, collectors' wait share, ms per stage occurrence and CPU shares, N collectors.
 
@@ -206,7 +209,7 @@ def scaling(
             topology=topology,
             env_factory=factory, dims=probe_dims(factory), agent=agent,
             options=AsyncOptions(num_collectors=collectors, utd_mode="learner_bound",
-                                 collector_inference_device="cpu"),
+                                 collector_inference_device="cpu", collector_spin_s=spin_s),
             seed=0, num_iterations=10**9, logging_interval=5, save_interval=0, run_dir=Path(run_dir),
             time_limit_s=seconds,
         )  # fmt: skip
@@ -230,6 +233,8 @@ class BareConditions:
 
     sleep_ms: float = 0.0
     """Idle this long after each step, as a waiting collector does."""
+    spin_ms: float = 0.0
+    """Busy-wait this long after each step (a gap like ``sleep_ms``, without idling the CPU)."""
     bind: bool = False
     """Bind CPU and memory with numa_bind as a collector does (memory policy included)."""
     load: bool = False
@@ -266,6 +271,9 @@ def _bare_steps(
             in_step += ms
         if cond.sleep_ms > 0:
             time.sleep(cond.sleep_ms / 1e3)
+        until = time.perf_counter() + cond.spin_ms / 1e3
+        while time.perf_counter() < until:
+            pass
     assert first is not None, "the measured window was empty"
     shares = _shares(time.perf_counter() - first[0], first[1], _schedstat(), first[2], _steal(mine))
     out.put((steps * envs / (seconds * 2 / 3), in_step / max(1, steps), shares))
@@ -476,6 +484,14 @@ def main() -> None:
         "--bare-sleep-ms", type=float, default=0.0,
         help="ceiling processes sleep this long after each step (does idling slow the next step?)",
     )  # fmt: skip
+    parser.add_argument(
+        "--bare-spin-ms", type=float, default=0.0,
+        help="ceiling processes busy-wait this long after each step (the same gap without idling)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--collector-spin-ms", type=float, default=0.0,
+        help="the pipeline's collectors poll a full ring this long before sleeping (collector_spin_s)",
+    )  # fmt: skip
     parser.add_argument("--bare-bind", action="store_true", help="ceiling processes bind like collectors")
     parser.add_argument("--bare-load", action="store_true", help="keep the learner's CPUs busy meanwhile")
     parser.add_argument(
@@ -489,11 +505,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"machine: {_machine()}, {args.threads} torch thread(s) in this process")
     conditions = BareConditions(
-        sleep_ms=args.bare_sleep_ms, bind=args.bare_bind, load=args.bare_load, collector=args.bare_collector
-    )
+        sleep_ms=args.bare_sleep_ms, spin_ms=args.bare_spin_ms, bind=args.bare_bind, load=args.bare_load,
+        collector=args.bare_collector,
+    )  # fmt: skip
     per = args.envs_per_collector
     if "scaling" in args.parts:
         pinning = "collectors sharing their CPUs" if args.shared_cpus else "one pinned CPU per collector"
+        pinning += f", collectors spin {args.collector_spin_ms:g} ms on a full ring"
         print(f"\n{args.task}, {per} envs per collector, {pinning}, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
         header = (
@@ -513,7 +531,7 @@ def main() -> None:
             bare_shares = _mean_shares([s for *_, s in bare])
             bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f} ({bare_shares})"
             rate, wait_pct, timing, shares = scaling(
-                args.task, n, envs, args.seconds, args.device, args.shared_cpus
+                args.task, n, envs, args.seconds, args.device, args.shared_cpus, args.collector_spin_ms / 1e3
             )
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())

@@ -46,7 +46,7 @@ if [[ $what == bench || $what == all || $what == learner ]]; then
   # The headline's update, by what one CUDA graph covers (fastsac_core Note [Whole-step graphs]), on one
   # CPU and one torch thread like a learner's main thread.
   [[ ${SKIP_LEARNER:-0} == 1 ]] || step learner timeout 420 taskset -c 1 python3 benchmarks/learner_updates.py \
-    --device cuda --task humanoid --batch-sizes 7168 --modes compiled step eager-step step-prep --threads 1
+    --device cuda --task humanoid --batch-sizes 7168 --modes compiled step eager-step step-eager-prep --threads 1
 fi
 if [[ $what == bench || $what == all ]]; then
   step transport timeout "${TRANSPORT_TIMEOUT:-240}" python3 benchmarks/transport_bench.py

@@ -20,6 +20,8 @@ if [[ -v SECOND_EXTRA ]]; then
 else
   second="run_name=sync algo.trainer.asynchronous=false algo.trainer.logging_interval=4"; runs="async sync"
 fi
+# A second call on a still-warm machine finds the first call's run folders: start from empty ones.
+for r in $runs; do rm -rf "/tmp/runs/$r"; done
 CUDA_VISIBLE_DEVICES=0 timeout $((limit + 85)) taskset -c 0-15 python3 $root/apps/trainer $common run_name=async $async ${ASYNC_EXTRA:-} > $OUT/async_console.log 2>&1 &
 CUDA_VISIBLE_DEVICES=1 timeout $((limit + 85)) taskset -c 16-31 python3 $root/apps/trainer $common $second > $OUT/${runs#* }_console.log 2>&1 &
 wait

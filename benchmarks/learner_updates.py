@@ -8,14 +8,14 @@ sampling and normalisation.
     uv run --frozen python benchmarks/learner_updates.py                      # whatever device is present
     uv run --frozen python benchmarks/learner_updates.py --batch-sizes 1024 --calls 2 --threads 2
     uv run --frozen python benchmarks/learner_updates.py --task humanoid --batch-sizes 7168  # headline's
-    uv run --frozen python benchmarks/learner_updates.py --modes compiled step eager-step step-prep
+    uv run --frozen python benchmarks/learner_updates.py --modes compiled step eager-step step-eager-prep
 
 ``--task`` takes that task's agent settings instead (e.g. humanoid: policy_frequency 2), so the figure
 compares with a trainer run of the task. ``--modes`` (see ``MODES``): ``step`` is the default training
 path, each whole step captured as one CUDA graph (``eager-step``: around the eager step); ``compiled``
 replays one graph per compiled region (``cudagraph_scope=regions``); on CPU there are no graphs
-(``step`` runs like ``compiled``, ``eager-step`` like ``eager``). ``step-prep`` also compiles the batch
-preparation.
+(``step`` runs like ``compiled``, ``eager-step`` like ``eager``). A compiled mode compiles the batch
+preparation too, as the agent does; ``step-eager-prep`` keeps it eager (the default before session 5).
 """
 
 from __future__ import annotations
@@ -55,17 +55,17 @@ def machine() -> str:
 
 
 MODES: dict[str, tuple[bool, bool, Literal["regions", "step"], bool]] = {
-    # compile, CUDA graphs, graph scope, compiled batch preparation
+    # compile, CUDA graphs, graph scope, eager batch preparation even when compiling
     "eager": (False, False, "regions", False),
     "compiled": (True, True, "regions", False),
     "step": (True, True, "step", False),
     "eager-step": (False, True, "step", False),
-    "step-prep": (True, True, "step", True),
+    "step-eager-prep": (True, True, "step", True),
 }
 """``compiled``: torch.compile's CUDA graphs per compiled region; ``step``/``eager-step``: each whole
-step captured as one CUDA graph around the compiled/eager step (fastsac_core Note [Whole-step graphs]);
-``step-prep``: ``step`` with the batch preparation (normalizer statistics, normalisation) compiled too,
-an experiment the agent does not yet run by default."""
+step captured as one CUDA graph around the compiled/eager step (fastsac_core Note [Whole-step graphs]).
+Compiling also compiles the batch preparation (normalizer statistics, normalisation), as the agent
+does; ``step-eager-prep`` is ``step`` with that preparation eager."""
 
 
 def build(
@@ -73,7 +73,7 @@ def build(
 ) -> FastSACAgent:
     # A task's agent settings (policy_frequency, value range, ...) as a trainer run of it uses them.
     base = TASKS[task].agent_config() if task is not None else FastSACConfig(gamma=0.99)
-    compiled, cudagraphs, scope, compiled_prep = MODES[mode]
+    compiled, cudagraphs, scope, eager_prep = MODES[mode]
     cfg = dataclasses.replace(
         base, batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs,
         cudagraph_scope=scope, amp=amp,
@@ -82,8 +82,9 @@ def build(
     if compiled and device == "cpu":
         # The agent compiles on CUDA only; the benchmark also measures inductor on CPU.
         agent._critic_fn, agent._actor_fn = agent._build_step_functions(True)
-    if compiled_prep:
-        agent._accumulate_fn, agent._normalize_fn = agent._build_prepare_functions(True)
+        agent._accumulate_fn, agent._normalize_fn = agent._build_prepare_functions(not eager_prep)
+    elif eager_prep:
+        agent._accumulate_fn, agent._normalize_fn = agent._build_prepare_functions(False)
     n = num_envs
     for _ in range(64):
         agent.buffer.extend(

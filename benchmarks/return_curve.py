@@ -6,7 +6,8 @@
 first event's time is used. Prints a table: seconds, env steps, rollout/mean_return, env steps/s, and
 the learner's updates/s and learn_pct at the same logging tick; then the medians of those two over the
 run after its first minute (compile and warm-up excluded), with the learner's host-time shares
-(``perf/learner_<stage>_pct``) and the collectors' back-pressure share (``perf/collector_wait_pct``)
+(``perf/learner_<stage>_pct``), the collectors' back-pressure share (``perf/collector_wait_pct``) and
+their mean ms per stage occurrence (``perf/collector_<stage>_ms``: env_step, inference, push, ...)
 where the run logged them.
 """
 
@@ -62,10 +63,11 @@ def main() -> None:
     print(f"best mean return {best:.1f}; last {returns[-1][2]:.1f} at {returns[-1][0] - start:.0f} s")
     shares = sorted(tag for tag in series if tag.startswith("perf/learner_") and tag.endswith("_pct"))
     shares += [tag for tag in ("perf/collector_wait_pct",) if tag in series]
+    shares += sorted(tag for tag in series if tag.startswith("perf/collector_") and tag.endswith("_ms"))
     for tag in ("perf/updates_per_s", "perf/learn_pct", *shares):
         late = [v for wall, _, v in series.get(tag, []) if wall - start >= 60.0]
         if late:
-            print(f"{tag}: median {statistics.median(late):.1f} over {len(late)} ticks after 60 s")
+            print(f"{tag}: median {statistics.median(late):.2f} over {len(late)} ticks after 60 s")
 
 
 if __name__ == "__main__":

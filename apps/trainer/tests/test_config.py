@@ -79,6 +79,8 @@ def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> No
         (f"{OPTS}.utd_mode=fast", f"{OPTS}.utd_mode", "strict or learner_bound"),
         (f"{OPTS}.transition_ipc=maybe", f"{OPTS}.transition_ipc", "auto, on or off"),
         (f"{OPTS}.weight_publish_interval=0", f"{OPTS}.weight_publish_interval", "positive"),
+        (f"{OPTS}.collector_spin_s=5", f"{OPTS}.collector_spin_s", "up to 1 s"),
+        (f"{OPTS}.collector_spin_s=-0.1", f"{OPTS}.collector_spin_s", "0 (sleep at once)"),
         (f"{OPTS}.num_collectors=3", f"{OPTS}.num_collectors", "choose from {1, 2, 4, 8}"),
         (f"{OPTS}.num_learners=3", f"{OPTS}.num_learners", "not divisible"),
         ("algo.trainer.logging_interval=0", "algo.trainer.logging_interval", "positive"),

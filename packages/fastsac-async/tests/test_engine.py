@@ -8,6 +8,7 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.engine import EngineStats, run_engine
 from fastsac_async.spec import EngineSpec, learner_threads
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
+from fastsac_async.workers import collector_settings
 from fastsac_core import FastSACConfig, peek_checkpoint
 from topology import LearnerPlacement
 
@@ -102,3 +103,16 @@ def test_learner_threads_default_to_one_on_cuda_and_to_the_pinned_cpus_elsewhere
     assert [learner_threads(spec, p) for p in (cuda, pinned, unpinned)] == [1, 3, 2]
     fixed = dataclasses.replace(spec, learner_threads=4)
     assert [learner_threads(fixed, p) for p in (cuda, pinned, unpinned)] == [4, 4, 4]
+
+
+def test_collector_settings_follow_the_spec(tmp_path: Path) -> None:
+    """A collector's loop knobs come from the spec: budget, learning_starts, resume, sleep and spin."""
+    spec = _spec(tmp_path, 2, 1, 40)
+    spec = dataclasses.replace(
+        spec, options=dataclasses.replace(spec.options, collector_spin_s=0.003, idle_sleep_s=0.002)
+    )
+    settings = collector_settings(spec, 1)
+    assert (settings.index, settings.budget, settings.learning_starts, settings.resume) == (1, 40, 3, False)
+    assert (settings.spin_s, settings.idle_sleep_s, settings.stats_interval) == (0.003, 0.002, 5)
+    resumed = collector_settings(dataclasses.replace(spec, resume_from=tmp_path / "model.pt"), 0)
+    assert resumed.resume

@@ -1,11 +1,14 @@
 import logging
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, cast
 
 import pytest
 import torch
 
+from fastsac_async import collector as collector_module
 from fastsac_async.collective import SoloCollective
 from fastsac_async.collector import Collector, CollectorSettings
 from fastsac_async.decider import TrainDecider
@@ -266,3 +269,69 @@ def test_one_ring_fills_the_replay_exactly_like_the_synchronous_loop(rings: Ring
     assert ingestor.generations == steps
     for got, want in zip(_storage(ingestor.buffer), _storage(reference), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)  # unwritten rows are NaN
+
+
+class _ScriptedFullness:
+    """A real ring whose ``is_full`` answers from a script (then keeps the last answer), counting calls."""
+
+    def __init__(self, ring: HostRing, answers: list[bool]) -> None:
+        self._ring = ring
+        self._answers = answers
+        self.is_full_calls = 0
+
+    def is_full(self) -> bool:
+        self.is_full_calls += 1
+        return self._answers.pop(0) if len(self._answers) > 1 else self._answers[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ring, name)
+
+
+class _RecordedSleeps:
+    """Stands in for the collector module's ``time``: real clock, sleeps recorded instead of slept."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+        self.perf_counter = time.perf_counter
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+
+def _wait_once(
+    rings: Rings, monkeypatch: pytest.MonkeyPatch, answers: list[bool], spin_s: float
+) -> tuple[bool, list[float], int]:
+    """One ``step_once`` of a collector whose ring answers ``answers``; (stepped, sleeps, is_full calls)."""
+    clock = _RecordedSleeps()
+    monkeypatch.setattr(collector_module, "time", clock)
+    ring = _ScriptedFullness(rings.make(4, 2), answers)
+    env = FakeBatchedEnv(4, seed=1)
+    collector = Collector(
+        settings=CollectorSettings(index=0, budget=100, learning_starts=100, resume=False,
+                                   weight_poll_interval=1, idle_sleep_s=0.25, spin_s=spin_s,
+                                   stats_interval=100),
+        env=env, ring=cast(HostRing, ring), weights=None, policy=InferencePolicy(env.dims, CFG),
+    )  # fmt: skip
+    stepped = collector.step_once()
+    return stepped, clock.sleeps, ring.is_full_calls
+
+
+def test_without_spin_a_collector_facing_a_full_ring_sleeps_at_once(
+    rings: Rings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """collector_spin_s=0: one look at the full ring, one idle_sleep_s, no polling loop."""
+    assert _wait_once(rings, monkeypatch, [True], spin_s=0.0) == (False, [0.25], 1)
+
+
+def test_a_spinning_collector_stops_waiting_when_room_appears(
+    rings: Rings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spinning collector polls its full ring until a slot frees, and then does not sleep."""
+    assert _wait_once(rings, monkeypatch, [True] * 5 + [False], spin_s=60.0) == (False, [], 6)
+
+
+def test_a_spin_that_finds_no_room_ends_in_one_sleep(rings: Rings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ring still full after spin_s: polled more than once, then one sleep of idle_sleep_s."""
+    stepped, sleeps, calls = _wait_once(rings, monkeypatch, [True], spin_s=0.02)
+    assert (stepped, sleeps) == (False, [0.25])
+    assert calls > 1

@@ -195,7 +195,7 @@ def test_bf16_compiled_update_runs_and_policy_on_cuda(scope: Literal["regions", 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("shared", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
 def test_compiled_batch_preparation_matches_eager(device: str, shared: bool) -> None:
-    """Compiled batch preparation (normalizer statistics, normalisation) traces whole and equals eager."""
+    """Compiled batch preparation traces whole and equals eager (on CUDA, what ``compile`` gives)."""
     from torch._dynamo.utils import counters
 
     from fastsac_core.testing import random_batch
@@ -204,8 +204,10 @@ def test_compiled_batch_preparation_matches_eager(device: str, shared: bool) -> 
     counters.clear()
     dims = TINY_SHARED_DIMS if shared else TINY_DIMS
     eager = FastSACAgent(dims, tiny_config(), device, num_envs=4)
-    compiled = FastSACAgent(dims, tiny_config(), device, num_envs=4)
-    compiled._accumulate_fn, compiled._normalize_fn = compiled._build_prepare_functions(True)
+    # compile=True compiles the preparation on CUDA by itself; on CPU the agent stays eager, so build it.
+    compiled = FastSACAgent(dims, tiny_config(compile=True, cudagraphs=False), device, num_envs=4)
+    if device == "cpu":
+        compiled._accumulate_fn, compiled._normalize_fn = compiled._build_prepare_functions(True)
     g = torch.Generator().manual_seed(3)
     for _ in range(3):  # the statistics move between calls: each call normalises with the merged ones
         batch = random_batch(128, dims, g)

@@ -39,6 +39,8 @@ class CollectorSettings:
     """Poll the weight channel every this many steps."""
     idle_sleep_s: float
     """Sleep while the ring is full (back-pressure)."""
+    spin_s: float = 0.0
+    """Poll a full ring for up to this long before sleeping (0: sleep at once)."""
     stats_interval: int
     """Steps between stats snapshots (the first goes out after 10 steps)."""
 
@@ -132,11 +134,19 @@ class Collector:
             actions: np.ndarray = np.clip(self.policy(self._obs).cpu().numpy(), self._low, self._high)
             return actions
 
+    def _wait_for_room(self) -> None:
+        """Spin on the full ring for up to ``spin_s``, then (still full) sleep ``idle_sleep_s``."""
+        deadline = time.perf_counter() + self.settings.spin_s
+        while time.perf_counter() < deadline:
+            if not self.ring.is_full():
+                return
+        time.sleep(self.settings.idle_sleep_s)
+
     def step_once(self) -> bool:
         """One env step and one pushed slot; False (nothing stepped) while the ring is full."""
         if self.ring.is_full():
             with self.timer.time("wait"):
-                time.sleep(self.settings.idle_sleep_s)
+                self._wait_for_room()
             return False
         actions = self._actions()
         with self.timer.time("env_step"):

@@ -35,6 +35,11 @@ class AsyncOptions:
     """Slots drained per ring per learner loop."""
     idle_sleep_s: float = 0.0005
     """Back-off sleep of a collector facing a full ring or a learner with nothing to do."""
+    collector_spin_s: float = 0.0
+    """A collector facing a full ring polls it for up to this long before each back-off sleep (0: sleep
+    at once). For collectors with CPUs of their own: on a VM an idle vCPU steps slower once it wakes
+    (wiki/benchmarks.md, Collector scaling); spinning keeps it busy. Leave 0 when collectors share CPUs.
+    At most 1 s: a collector sees a stop request only between waits."""
     collector_inference_device: str = "auto"
     """cpu, cuda, cuda:N, or auto (the owner learner's device)."""
     collector_compile: bool = True

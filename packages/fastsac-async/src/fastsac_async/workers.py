@@ -48,7 +48,7 @@ from shm_transport import (
     WeightWriter,
 )
 
-__all__ = ["run_collector", "run_learner"]
+__all__ = ["collector_settings", "run_collector", "run_learner"]
 
 _log = logging.getLogger(__name__)
 
@@ -67,6 +67,20 @@ def _send(stats_queue: Any, item: object) -> None:
 def _seed(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
+
+
+def collector_settings(spec: EngineSpec, index: int) -> CollectorSettings:
+    """The loop knobs of collector ``index`` under ``spec``."""
+    return CollectorSettings(
+        index=index,
+        budget=spec.num_iterations,
+        learning_starts=spec.agent.learning_starts,
+        resume=spec.resume_from is not None,
+        weight_poll_interval=max(1, spec.options.weight_poll_interval),
+        idle_sleep_s=spec.options.idle_sleep_s,
+        spin_s=spec.options.collector_spin_s,
+        stats_interval=max(1, spec.logging_interval),
+    )
 
 
 def run_collector(
@@ -117,17 +131,8 @@ def run_collector(
             compile=cuda and spec.options.collector_compile,
             amp=cuda and spec.options.collector_amp,
         )
-        resume = spec.resume_from is not None
         collector = Collector(
-            settings=CollectorSettings(
-                index=index,
-                budget=spec.num_iterations,
-                learning_starts=spec.agent.learning_starts,
-                resume=resume,
-                weight_poll_interval=max(1, spec.options.weight_poll_interval),
-                idle_sleep_s=spec.options.idle_sleep_s,
-                stats_interval=max(1, spec.logging_interval),
-            ),
+            settings=collector_settings(spec, index),
             env=env,
             ring=ring,
             weights=reader,

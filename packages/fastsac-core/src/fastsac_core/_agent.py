@@ -213,8 +213,8 @@ class FastSACAgent:
 
         self.scaler = torch.amp.GradScaler("cuda", enabled=fp16_scaling)
         self._critic_fn, self._actor_fn = self._build_step_functions(cuda and cfg.compile)
-        # Eager until measured on a GPU: benchmarks/learner_updates.py --modes step-prep compiles them.
-        self._accumulate_fn, self._normalize_fn = self._build_prepare_functions(False)
+        # Compiled with the steps: 645 against 615 updates/s on the H200 (wiki/benchmarks.md, Learner).
+        self._accumulate_fn, self._normalize_fn = self._build_prepare_functions(cuda and cfg.compile)
         zero = torch.zeros((), device=self.device)
         self._last_actor_metrics = (zero, zero.clone())
 

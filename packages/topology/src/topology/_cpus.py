@@ -152,7 +152,7 @@ def _place_node(
 
 
 def _share_unbound(host: HostLayout, plan: CpuPlan, per_learner: int, used: set[int]) -> None:
-    """Unbound learners get CPUs of their own; unbound collectors share the rest (None: not pinned)."""
+    """``cpus_per_collector`` None: unbound learners get CPUs of their own, collectors share the rest."""
     ranks = [rank for rank, node in enumerate(plan.learner_nodes) if node is None]
     indices = [index for index, node in enumerate(plan.collector_nodes) if node is None]
     if not indices:

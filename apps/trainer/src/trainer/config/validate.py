@@ -89,6 +89,11 @@ _RULES: tuple[_Rule, ...] = (
     (f"{_OPTS}.weight_poll_interval", lambda v: v >= 1, "use a positive number of env steps"),
     (f"{_OPTS}.max_ingest_per_iter", lambda v: v >= 1, "use a positive number of slots"),
     (f"{_OPTS}.idle_sleep_s", lambda v: v >= 0, "use 0 or a positive number of seconds"),
+    (
+        f"{_OPTS}.collector_spin_s",
+        lambda v: 0 <= v <= 1,
+        "use 0 (sleep at once) up to 1 s (a collector sees a stop request only between its waits)",
+    ),
     (f"{_OPTS}.boot_timeout_s", lambda v: v > 0, "use a positive number of seconds"),
     (f"{_OPTS}.cpus_per_collector", lambda v: v is None or v >= 1, "use a positive CPU count or null"),
     (f"{_OPTS}.transition_ipc", lambda v: v in _SWITCHES, "use auto, on or off (quote it in yaml)"),
