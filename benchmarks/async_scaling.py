@@ -82,12 +82,11 @@ def _pinned_topology(envs: int, collectors: int, device: str, shared: bool = Fal
     """The production layout: the learner on ``device`` with up to 2 CPUs of its own, the rest for collectors.
 
     Each collector is pinned to one CPU of its own (``cpus_per_collector=1``), or with ``shared`` every
-    collector may run on any of the collectors' CPUs (``cpus_per_collector=None``; then there may be
-    more collectors than CPUs).
+    collector may run on any of the collectors' CPUs (then there may be more collectors than CPUs).
     """
-    allowed = len(os.sched_getaffinity(0))
-    cpus_per_learner = min(2, max(1, allowed - (1 if shared else collectors)))
-    return resolve_trainer_topology(
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus_per_learner = min(2, max(1, len(allowed) - (1 if shared else collectors)))
+    topology = resolve_trainer_topology(
         num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs, trainer_device=device,
         learner_devices=None, num_cuda_devices=torch.cuda.device_count() if device.startswith("cuda") else 0,
         collector_inference_device="cpu", cpus_per_collector=None if shared else 1,
@@ -95,6 +94,16 @@ def _pinned_topology(envs: int, collectors: int, device: str, shared: bool = Fal
         weight_ipc_min_bytes=1 << 24, actor_param_bytes=0,
         host=discover_host(with_gpus=device.startswith("cuda")),
     )  # fmt: skip
+    if not shared:
+        return topology
+    # cpus_per_collector=None pins nothing on a one-node host: the learner takes the last CPUs (as in the
+    # session-5 figures), the collectors share the others.
+    learner_cpus, pool = tuple(allowed[-cpus_per_learner:]), tuple(allowed[:-cpus_per_learner])
+    return dataclasses.replace(
+        topology,
+        learners=tuple(dataclasses.replace(p, cpus=learner_cpus) for p in topology.learners),
+        collectors=tuple(dataclasses.replace(p, cpus=pool) for p in topology.collectors),
+    )
 
 
 def _schedstat(task: str = "thread-self") -> tuple[float, float]:

@@ -208,7 +208,7 @@ def test_unbound_collectors_do_not_fit(resolve: Resolve, host: Callable[..., Any
         resolve,
         "the host (allowed CPUs left after 1 pinned learner(s)) has 0 CPU(s) for 8 collector(s) but "
         "cpus_per_collector=1 needs 8; use fewer collectors, lower cpus_per_learner, "
-        "or set cpus_per_collector to null (shared CPUs)",
+        "or set cpus_per_collector to null (unpinned)",
         host=host([range(2)]),
         num_collectors=8,
         cpus_per_collector=1,

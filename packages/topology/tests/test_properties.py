@@ -116,16 +116,6 @@ def _check_invariants(plan: TrainerTopology, request: dict[str, Any]) -> None:
     for learner in plan.learners:
         if learner.numa_node is not None or request["cpus_per_collector"] is not None:
             assert learner.cpus is not None and len(learner.cpus) == request["cpus_per_learner"]
-    # cpus_per_collector=None, nothing NUMA-bound: learners keep CPUs of their own when the allowed CPUs
-    # leave the collectors at least one, and the collectors share the rest; else nobody is pinned.
-    if request["cpus_per_collector"] is None and all(lr.numa_node is None for lr in plan.learners):
-        learners_take = len(plan.learners) * request["cpus_per_learner"]
-        room = len(host.allowed_cpus) > learners_take
-        assert all((lr.cpus is not None) == room for lr in plan.learners)
-        pools = {c.cpus for c in plan.collectors}
-        assert pools == (
-            {tuple(c for c in host.allowed_cpus if c not in _learner_cpus(plan))} if room else {None}
-        )
     if request["cpus_per_collector"] is not None:
         assert len(collector_sets) == len(plan.collectors)
         assert all(len(cpus) == request["cpus_per_collector"] for cpus in collector_sets)
@@ -258,7 +248,3 @@ def test_invalid_counts_never_yield_a_plan(
     else:
         with pytest.raises(TopologyError):
             resolve_trainer_topology(**request)
-
-
-def _learner_cpus(plan: TrainerTopology) -> set[int]:
-    return {cpu for lr in plan.learners for cpu in lr.cpus or ()}

@@ -59,7 +59,7 @@ important options:
   algo.trainer.async_options.num_collectors=N      collector processes (task.num_envs % N == 0)
   algo.trainer.async_options.num_learners=N        learner processes, one per GPU (DDP)
   algo.trainer.async_options.learner_devices=[cuda:0,cuda:1]
-  algo.trainer.async_options.cpus_per_collector=N  pin each collector to N CPUs of its own (null: share)
+  algo.trainer.async_options.cpus_per_collector=N  pin each collector to N CPUs of its NUMA node
   algo.trainer.async_options.ring_capacity=N       slots per collector ring
   algo.trainer.async_options.utd_mode=strict|learner_bound
   algo.trainer.async_options.collector_inference_device=auto|cpu|cuda[:N]

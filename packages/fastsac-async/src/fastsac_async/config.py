@@ -21,8 +21,7 @@ class AsyncOptions:
     learner_devices: tuple[str, ...] | None = None
     """Explicit learner devices (e.g. ("cuda:0", "cuda:1")); None expands from the trainer device."""
     cpus_per_collector: int | None = None
-    """CPUs given to each collector, carved from its node; None: the collectors share the CPUs left after
-    the learners' (topology's Note [CPU placement])."""
+    """CPUs given to each collector, carved from its node; None leaves collectors unpinned."""
     ring_capacity: int = 64
     """Slots per collector ring; each slot holds one env-step batch of that collector's envs."""
     utd_mode: Literal["strict", "learner_bound"] = "strict"
@@ -38,7 +37,7 @@ class AsyncOptions:
     collector_spin_s: float = 0.0
     """A collector facing a full ring polls it for up to this long before each back-off sleep (0: sleep
     at once). For collectors with CPUs of their own: on a VM an idle vCPU steps slower once it wakes
-    (wiki/benchmarks.md, Collector scaling); spinning keeps it busy. Leave 0 when collectors share CPUs.
+    (wiki/benchmarks.md, Collector scaling); spinning keeps it busy. Leave 0 for unpinned collectors.
     At most 1 s: a collector sees a stop request only between waits."""
     collector_inference_device: str = "auto"
     """cpu, cuda, cuda:N, or auto (the owner learner's device)."""

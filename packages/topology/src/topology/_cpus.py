@@ -10,11 +10,11 @@
    learner's CPUs there; with ``cpus_per_collector`` set, the j-th collector *of that node*
    (node-local ordinal, not the global index) takes slice j of the pool; with None, all of that
    node's collectors share the whole pool.
-4. Unbound learners and collectors (a one-node host, say) use the allowed CPUs not used by steps
-   2-3: each unbound learner takes ``cpus_per_learner`` CPUs in rank order, so no collector shares a
-   core with a learner; then each unbound collector takes ``cpus_per_collector`` CPUs in index order,
-   or with None all of them share the rest. When nothing would be left for the collectors (a small
-   host under None), nothing unbound is pinned and the scheduler places everyone.
+4. Unbound learners and collectors are pinned only when ``cpus_per_collector`` is set (the user
+   asked for pinning): then, from the allowed CPUs not used by steps 2-3, each unbound learner
+   takes ``cpus_per_learner`` CPUs in rank order and each unbound collector
+   ``cpus_per_collector`` in index order, so no collector shares a core with a learner. With
+   None they are left to the scheduler.
 A budget that does not fit raises ``TopologyError`` naming the CPUs available and the largest
 value that fits.
 """
@@ -71,7 +71,7 @@ def _fit_error(where: str, available: int, count: int, what: str, setting: str, 
     if largest:
         fix = f"set {setting} <= {largest}"
     elif what == "collector":
-        fix = "use fewer collectors, lower cpus_per_learner, or set cpus_per_collector to null (shared CPUs)"
+        fix = "use fewer collectors, lower cpus_per_learner, or set cpus_per_collector to null (unpinned)"
     else:
         fix = f"place at most {available} learner(s) there"
     return TopologyError(
@@ -94,8 +94,7 @@ def place_cpus(
         host: The host layout.
         devices: Learner devices by rank (normalised).
         owners: The owner rank of every collector, by index.
-        cpus_per_collector: CPUs per collector, or None: the collectors share the CPUs left after the
-            learners' (per node, or the host's for unbound ones).
+        cpus_per_collector: CPUs per collector, or None: share the node's pool / not pinned.
         cpus_per_learner: CPUs per pinned learner.
 
     Raises:
@@ -115,7 +114,12 @@ def place_cpus(
     if cpus_per_collector is not None:
         _place_unbound(host, plan, cpus_per_collector, cpus_per_learner, used)
     else:
-        _share_unbound(host, plan, cpus_per_learner, used)
+        unbound = sum(node is None for node in collector_nodes)
+        if unbound > len(host.allowed_cpus):
+            notes.append(
+                f"{unbound} unbound collectors on {len(host.allowed_cpus)} allowed CPU(s): "
+                "they are not pinned and will share cores"
+            )
     return plan
 
 
@@ -149,28 +153,6 @@ def _place_node(
     for index, cpus in zip(indices, _slices(pool, len(indices), per_collector), strict=True):
         plan.collector_cpus[index] = cpus
         used.update(cpus)
-
-
-def _share_unbound(host: HostLayout, plan: CpuPlan, per_learner: int, used: set[int]) -> None:
-    """``cpus_per_collector`` None: unbound learners get CPUs of their own, collectors share the rest."""
-    ranks = [rank for rank, node in enumerate(plan.learner_nodes) if node is None]
-    indices = [index for index, node in enumerate(plan.collector_nodes) if node is None]
-    if not indices:
-        return
-    pool = [cpu for cpu in host.allowed_cpus if cpu not in used]
-    rest = pool[len(ranks) * per_learner :]
-    if not rest:
-        plan.notes.append(
-            f"{len(pool)} allowed CPU(s) leave none for collectors after {len(ranks)} learner(s) with "
-            f"cpus_per_learner={per_learner}: nothing is pinned"
-        )
-        return
-    for rank, cpus in zip(ranks, _slices(pool, len(ranks), per_learner), strict=True):
-        plan.learner_cpus[rank] = cpus
-    if len(indices) > len(rest):
-        plan.notes.append(f"{len(indices)} collectors share {len(rest)} CPU(s)")
-    for index in indices:
-        plan.collector_cpus[index] = tuple(rest)
 
 
 def _place_unbound(

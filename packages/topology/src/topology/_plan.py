@@ -42,8 +42,8 @@ class CollectorPlacement:
         owner_rank: The learner rank that drains this collector and publishes its weights.
         inference_device: Where the collector runs the policy: ``"cpu"`` or ``"cuda:N"``.
         numa_node: Its owner's NUMA node, or None: not bound.
-        cpus: The CPUs to pin it to (with ``cpus_per_collector`` None: shared with the other
-            collectors of its node, or of the host when unbound), or None: not pinned.
+        cpus: The CPUs to pin it to (shared with the other collectors of its node when
+            ``cpus_per_collector`` is None), or None: not pinned.
         transition_transport: ``"cuda_ipc"`` ring on the owner's GPU, or ``"host"`` shared memory.
         weight_transport: ``"cuda_ipc"`` weight channel on the owner's GPU, or ``"host"``.
     """

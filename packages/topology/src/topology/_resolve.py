@@ -30,7 +30,7 @@ def _check_settings(
     if cpus_per_collector is not None and cpus_per_collector < 1:
         raise TopologyError(
             f"cpus_per_collector={cpus_per_collector} must be at least 1; "
-            "set a positive count, or null to let the collectors share the CPUs left after the learners'"
+            "set a positive count, or null to leave collectors unpinned"
         )
     if cpus_per_learner < 1:
         raise TopologyError(f"cpus_per_learner={cpus_per_learner} must be at least 1; set a positive count")
