@@ -39,156 +39,43 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import math
 import multiprocessing as mp
 import os
 import platform
-import queue
 import tempfile
 import time
-from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]
 import torch
+from scaling_ceiling import (
+    BareConditions,
+    CollectorSampler,
+    CpuShares,
+    ceiling,
+    mean_shares,
+    pinned_topology,
+)
 
 from fastsac_async import (
     AsyncOptions,
-    Collector,
-    CollectorSettings,
     EngineSpec,
     EngineStats,
     Ingestor,
     run_engine,
 )
 from fastsac_async.spec import ring_layout
-from fastsac_core import BatchedEnv, EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
-from numa_bind import bind_current_process, discover_host
+from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
 from shm_transport import HostRing, HostRingHandle
-from topology import TrainerTopology, resolve_trainer_topology
 from trainer.tasks import TASKS, MujocoEnvFactory, probe_dims
 
 
 def _machine() -> str:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {gpu}, torch {torch.__version__}"
-
-
-def _pinned_topology(envs: int, collectors: int, device: str, shared: bool = False) -> TrainerTopology:
-    """The production layout: the learner on ``device`` with up to 2 CPUs of its own, the rest for collectors.
-
-    Each collector is pinned to one CPU of its own (``cpus_per_collector=1``), or with ``shared`` every
-    collector may run on any of the collectors' CPUs (then there may be more collectors than CPUs).
-    """
-    allowed = sorted(os.sched_getaffinity(0))
-    cpus_per_learner = min(2, max(1, len(allowed) - (1 if shared else collectors)))
-    topology = resolve_trainer_topology(
-        num_envs=envs, num_collectors=collectors, num_learners=1, batch_size=envs, trainer_device=device,
-        learner_devices=None, num_cuda_devices=torch.cuda.device_count() if device.startswith("cuda") else 0,
-        collector_inference_device="cpu", cpus_per_collector=None if shared else 1,
-        cpus_per_learner=cpus_per_learner, transition_ipc="off", weight_ipc="off",
-        weight_ipc_min_bytes=1 << 24, actor_param_bytes=0,
-        host=discover_host(with_gpus=device.startswith("cuda")),
-    )  # fmt: skip
-    if not shared:
-        return topology
-    # cpus_per_collector=None pins nothing on a one-node host: the learner takes the last CPUs (as in the
-    # session-5 figures), the collectors share the others.
-    learner_cpus, pool = tuple(allowed[-cpus_per_learner:]), tuple(allowed[:-cpus_per_learner])
-    return dataclasses.replace(
-        topology,
-        learners=tuple(dataclasses.replace(p, cpus=learner_cpus) for p in topology.learners),
-        collectors=tuple(dataclasses.replace(p, cpus=pool) for p in topology.collectors),
-    )
-
-
-def _schedstat(task: str = "thread-self") -> tuple[float, float]:
-    """(s on a CPU, s runnable but waiting for a CPU) of a thread so far (``/proc/<task>/schedstat``).
-
-    ``task`` is ``thread-self`` or a pid (whose main thread is read).
-    """
-    with open(f"/proc/{task}/schedstat") as f:
-        run_ns, wait_ns, _ = f.read().split()
-    return int(run_ns) / 1e9, int(wait_ns) / 1e9
-
-
-def _steal(cpus: list[int]) -> tuple[int, int]:
-    """(all jiffies, stolen jiffies) so far, summed over ``cpus`` (``/proc/stat``).
-
-    Steal: the hypervisor ran something else on the vCPU while it had work.
-    """
-    total = steal = 0
-    with open("/proc/stat") as f:
-        for line in f:
-            name, *values = line.split()
-            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-                ticks = [int(v) for v in values]
-                total += sum(ticks[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
-                steal += ticks[7]
-    return total, steal
-
-
-@dataclasses.dataclass(frozen=True)
-class CpuShares:
-    """Where a stepping process's wall time went, in percent, apart from its own CPU work."""
-
-    on_cpu: float
-    """Its main thread ran (env steps, and for a collector also the pipeline's own work)."""
-    runq: float
-    """Its main thread was runnable but another thread had its CPU (contention inside the guest)."""
-    steal: float
-    """Its CPU's time the hypervisor gave to someone else (contention outside the guest)."""
-
-    def __str__(self) -> str:
-        return f"cpu {self.on_cpu:.0f}% runq {self.runq:.1f}% steal {self.steal:.1f}%"
-
-
-def _shares(
-    wall: float, before: tuple[float, float], after: tuple[float, float],
-    steal: tuple[int, int], steal_after: tuple[int, int],
-) -> CpuShares:  # fmt: skip
-    jiffies = max(1, steal_after[0] - steal[0])
-    return CpuShares(
-        on_cpu=100 * (after[0] - before[0]) / wall,
-        runq=100 * (after[1] - before[1]) / wall,
-        steal=100 * (steal_after[1] - steal[1]) / jiffies,
-    )
-
-
-def _mean_shares(shares: list[CpuShares]) -> CpuShares:
-    n = max(1, len(shares))
-    return CpuShares(*(sum(getattr(s, f.name) for s in shares) / n for f in dataclasses.fields(CpuShares)))
-
-
-class _CollectorSampler:
-    """Schedstat of every collector process and steal of the collectors' CPUs, sampled at each stats tick."""
-
-    def __init__(self, cpus: set[int]) -> None:
-        self.cpus = cpus
-        self.samples: list[tuple[float, float, dict[int, tuple[float, float]], tuple[int, int]]] = []
-
-    def sample(self, elapsed: float) -> None:
-        """Record (elapsed, wall, {pid: schedstat} of the collectors, steal of their CPUs) now."""
-        stats: dict[int, tuple[float, float]] = {}
-        for child in psutil.Process().children():
-            with contextlib.suppress(psutil.Error, OSError, ValueError):
-                if set(child.cpu_affinity()) <= self.cpus:  # the learner has CPUs of its own
-                    stats[child.pid] = _schedstat(str(child.pid))
-        self.samples.append((elapsed, time.monotonic(), stats, _steal(sorted(self.cpus))))
-
-    def shares(self, after_s: float) -> CpuShares:
-        """Mean shares of the collectors between the first sample after ``after_s`` and the last."""
-        late = [s for s in self.samples if s[0] > after_s]
-        if len(late) < 2:
-            return CpuShares(math.nan, math.nan, math.nan)
-        (_, t0, run0, steal0), (_, t1, run1, steal1) = late[0], late[-1]
-        return _mean_shares(
-            [_shares(t1 - t0, run0[pid], run1[pid], steal0, steal1) for pid in run0 if pid in run1]
-        )
 
 
 def scaling(
@@ -206,8 +93,8 @@ def scaling(
         num_updates=1, learning_starts=10**9, compile=False, cudagraphs=False, amp=False,
     )  # fmt: skip
     ticks: list[EngineStats] = []
-    topology = _pinned_topology(envs, collectors, device, shared)
-    sampler = _CollectorSampler({cpu for p in topology.collectors for cpu in p.cpus or ()})
+    topology = pinned_topology(envs, collectors, device, shared)
+    sampler = CollectorSampler({cpu for p in topology.collectors for cpu in p.cpus or ()})
 
     def on_tick(tick: EngineStats) -> None:
         ticks.append(tick)
@@ -234,146 +121,6 @@ def scaling(
     means = [sum(v) / len(v) for v in own if v] or [math.nan]
     timing["env_step_fastest"], timing["env_step_slowest"] = min(means), max(means)
     return rate, wait_pct, timing, sampler.shares(seconds / 3)
-
-
-@dataclasses.dataclass(frozen=True)
-class BareConditions:
-    """What the ceiling's bare processes share with a pipeline's collectors, to find what slows them."""
-
-    sleep_ms: float = 0.0
-    """Idle this long after each step, as a waiting collector does."""
-    spin_ms: float = 0.0
-    """Busy-wait this long after each step (a gap like ``sleep_ms``, without idling the CPU)."""
-    bind: bool = False
-    """Bind CPU and memory with numa_bind as a collector does (memory policy included)."""
-    load: bool = False
-    """Keep the learner's CPUs busy meanwhile (one spinning process on each)."""
-    collector: bool = False
-    """Step through a real :class:`Collector` (its own ring, read back in the same process)."""
-
-
-def _bare_steps(
-    task: str, envs: int, cpus: tuple[int, ...] | None, node: int | None, seconds: float,
-    cond: BareConditions, out: mp.Queue[tuple[float, float, CpuShares]],
-) -> None:  # fmt: skip
-    """One ceiling process: step ``envs`` envs with random actions under ``cond``.
-
-    Puts (env steps/s, mean ms inside ``env.step``, CPU shares) over the last 2/3 of ``seconds``.
-    """
-    if cond.bind:
-        bind_current_process(cpus=cpus, nodes=None if node is None else [node])
-    elif cpus is not None:
-        os.sched_setaffinity(0, cpus)
-    torch.set_num_threads(1)
-    env = MujocoEnvFactory(env_id=task)(envs, 0)
-    step = _collector_step(env) if cond.collector else _plain_step(env)
-    start = time.perf_counter()
-    measured_from, steps, in_step = start + seconds / 3, 0, 0.0
-    mine = sorted(os.sched_getaffinity(0))
-    first: tuple[float, tuple[float, float], tuple[int, int]] | None = None
-    while (now := time.perf_counter()) < start + seconds:
-        if now >= measured_from and first is None:
-            first = (now, _schedstat(), _steal(mine))
-        ms = step()
-        if now >= measured_from:
-            steps += 1
-            in_step += ms
-        if cond.sleep_ms > 0:
-            time.sleep(cond.sleep_ms / 1e3)
-        until = time.perf_counter() + cond.spin_ms / 1e3
-        while time.perf_counter() < until:
-            pass
-    assert first is not None, "the measured window was empty"
-    shares = _shares(time.perf_counter() - first[0], first[1], _schedstat(), first[2], _steal(mine))
-    out.put((steps * envs / (seconds * 2 / 3), in_step / max(1, steps), shares))
-
-
-def _plain_step(env: BatchedEnv) -> Callable[[], float]:
-    """A bare step: random actions into ``env.step``; returns ms inside it."""
-    env.reset()
-
-    def step() -> float:
-        actions = env.sample_actions()
-        start = time.perf_counter()
-        env.step(actions)
-        return 1e3 * (time.perf_counter() - start)
-
-    return step
-
-
-def _collector_step(env: BatchedEnv) -> Callable[[], float]:
-    """A real :class:`Collector` step (random actions, push into its own ring, read back); ms in env.step.
-
-    Everything a pipeline collector does in its own thread, without any other process.
-    """
-    dims = env.dims
-    ring = HostRing.create(ring_layout(dims, env.num_envs), 8)
-    ring.unlink()  # only this process maps it: no name to leak
-    settings = CollectorSettings(
-        index=0, budget=10**12, learning_starts=10**12, resume=False, weight_poll_interval=1,
-        idle_sleep_s=5e-4, stats_interval=10**9,
-    )  # fmt: skip
-    tiny = FastSACConfig(actor_hidden_dim=64, critic_hidden_dim=64, num_atoms=11)
-    collector = Collector(settings=settings, env=env, ring=ring, weights=None,
-                          policy=InferencePolicy(dims, tiny, device="cpu"))  # fmt: skip
-
-    def step() -> float:
-        before = collector.timer.total_s("env_step")
-        assert collector.step_once(), "the ring is read back after every push"
-        ring.commit_reads(ring.read_span(8)[0])
-        return 1e3 * (collector.timer.total_s("env_step") - before)
-
-    return step
-
-
-def _spin(cpu: int, stop: EventType) -> None:
-    """Keep one CPU busy until ``stop`` is set (a stand-in for a learner's busy thread)."""
-    os.sched_setaffinity(0, {cpu})
-    while not stop.is_set():
-        for _ in range(10_000):
-            pass
-
-
-def ceiling(
-    task: str, collectors: int, envs: int, seconds: float, device: str, cond: BareConditions, shared: bool
-) -> list[tuple[float, float, CpuShares]]:
-    """(env steps/s, env_step ms, CPU shares) of ``collectors`` bare processes on the collectors' CPUs."""
-    topology = _pinned_topology(envs, collectors, device, shared)
-    ctx = mp.get_context("spawn")
-    out: mp.Queue[tuple[float, float, CpuShares]] = ctx.Queue()
-    stop = ctx.Event()
-    stepping = [
-        ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus,
-                                              p.numa_node, seconds, cond, out), daemon=True)
-        for p in topology.collectors
-    ]  # fmt: skip
-    spinning = [
-        ctx.Process(target=_spin, args=(c, stop), daemon=True)
-        for c in (topology.learners[0].cpus or () if cond.load else ())
-    ]
-    results: list[tuple[float, float, CpuShares]] = []
-    try:
-        for proc in stepping + spinning:
-            proc.start()
-        deadline = time.monotonic() + seconds + 120
-        while len(results) < len(stepping):
-            try:
-                results.append(out.get(timeout=1.0))
-            except queue.Empty:
-                failed = [p.exitcode for p in stepping if p.exitcode not in (None, 0)]
-                if failed or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"bare processes did not report (exit codes {failed}, {len(results)} of "
-                        f"{len(stepping)} reported)"
-                    ) from None
-        return results
-    finally:
-        stop.set()
-        for proc in stepping + spinning:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
 
 
 def _produce(handle: HostRingHandle, envs: int, dims: EnvDims, stop: EventType) -> None:
@@ -537,7 +284,7 @@ def main() -> None:
             )
             rates, step_ms = [r for r, _, _ in bare], [ms for _, ms, _ in bare]
             top, lockstep = sum(rates), n * min(rates)
-            bare_shares = _mean_shares([s for *_, s in bare])
+            bare_shares = mean_shares([s for *_, s in bare])
             bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f} ({bare_shares})"
             rate, wait_pct, timing, shares = scaling(
                 args.task, n, envs, args.seconds, args.device, args.shared_cpus, args.collector_spin_ms / 1e3
@@ -553,7 +300,7 @@ def main() -> None:
         for n in args.collectors:
             bare = ceiling(args.task, n, per * n, args.seconds, args.device, conditions, args.shared_cpus)
             rates, step_ms = [r for r, _, _ in bare], [ms for _, ms, _ in bare]
-            shares = _mean_shares([s for *_, s in bare])
+            shares = mean_shares([s for *_, s in bare])
             print(f"{n:>10} {sum(rates):>12.0f}  lockstep {n * min(rates):.0f}  "
                   f"env_step {min(step_ms):.2f}..{max(step_ms):.2f} ms ({shares})", flush=True)  # fmt: skip
     if "learner" in args.parts:
