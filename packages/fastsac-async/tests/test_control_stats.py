@@ -8,6 +8,8 @@ from fastsac_async.stats import CollectorSnapshot, StageTimer, aggregate_collect
 def _child_writes(control: Control, index: int) -> None:
     control.set_collector_steps(index, 41 + index)
     control.set_collector_gauges(index, version=7, lag=2, ring_fill=3)
+    control.set_final_checkpoint(0)  # a final checkpoint at step 0 is one too
+    control.mark_learner_done(0)
 
 
 def test_control_is_shared_with_a_spawned_process() -> None:
@@ -15,6 +17,7 @@ def test_control_is_shared_with_a_spawned_process() -> None:
     control = Control(num_collectors=2, num_learners=1)
     control.resume_collector_steps([10, 20])
     assert control.total_collector_steps() == 30
+    assert control.final_checkpoint_step is None and not control.learner_done(0)
     ctx = mp.get_context("spawn")
     proc = ctx.Process(target=_child_writes, args=(control, 1))
     proc.start()
@@ -22,6 +25,7 @@ def test_control_is_shared_with_a_spawned_process() -> None:
     assert proc.exitcode == 0
     assert control.all_collector_steps() == [10, 42]
     assert control.gauges(1) == (7, 2, 3)
+    assert control.final_checkpoint_step == 0 and control.learner_done(0)
     assert not control.stop_requested
     control.request_stop()
     assert control.stop_requested

@@ -4,9 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from fastsac_async import engine as engine_module
 from fastsac_async.config import AsyncOptions
-from fastsac_async.engine import EngineStats, run_engine
-from fastsac_async.spec import EngineSpec, learner_threads
+from fastsac_async.control import Control
+from fastsac_async.engine import AsyncEngine, EngineStats, run_engine
+from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_async.workers import collector_settings
 from fastsac_core import FastSACConfig, peek_checkpoint
@@ -116,3 +118,28 @@ def test_collector_settings_follow_the_spec(tmp_path: Path) -> None:
     assert (settings.spin_s, settings.idle_sleep_s, settings.stats_interval) == (0.003, 0.002, 5)
     resumed = collector_settings(dataclasses.replace(spec, resume_from=tmp_path / "model.pt"), 0)
     assert resumed.resume
+
+
+def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Done learners: the result names learner 0's final checkpoint, its snapshot late, dropped or not."""
+    engine = AsyncEngine(_spec(tmp_path, 1, 1, 40))
+    control = Control(num_collectors=1, num_learners=1)
+    final = str(checkpoint_file(tmp_path, 37))
+    reported: list[str] = [str(checkpoint_file(tmp_path, 20))]
+    calls: list[int] = []
+
+    def forward_late() -> None:  # the final snapshot reaches the queue on the third look
+        calls.append(1)
+        if len(calls) == 3:
+            reported.append(final)
+
+    assert engine._final_checkpoint(control, reported, forward_late) == reported[-1]  # none recorded yet
+    assert not calls
+    control.set_final_checkpoint(37)
+    assert engine._final_checkpoint(control, reported, forward_late) == final
+    assert len(calls) == 3
+    monkeypatch.setattr(engine_module, "_FINAL_SNAPSHOT_WAIT_S", 0.05)
+    lost: list[str] = []
+    assert engine._final_checkpoint(control, lost, lambda: None) == final  # a dropped snapshot

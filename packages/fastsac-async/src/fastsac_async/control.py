@@ -9,6 +9,10 @@ hands it to every worker at spawn. Fields and their only writer:
                                         allocation must outlive its consumers)
     global_step          learner 0      full batches seen (collector_steps // num_collectors)
     updates              learner 0      gradient updates run
+    final_checkpoint     learner 0      global step of its final checkpoint + 1 (0: none), written
+                                        before its done flag: the parent names the file from it, so
+                                        no stats snapshot (bounded queue, flushed by a thread) has
+                                        to arrive for the run's result to know its last checkpoint
     collector i: steps, weight_version, policy_lag, ring_fill      collector i
     learner r: done      learner r
 
@@ -26,7 +30,7 @@ import torch
 
 __all__ = ["Control"]
 
-_STOP, _RELEASE, _GLOBAL_STEP, _UPDATES = 0, 1, 2, 3
+_STOP, _RELEASE, _GLOBAL_STEP, _UPDATES, _FINAL_CHECKPOINT = 0, 1, 2, 3, 4
 _HEADER = 8
 _PER_COLLECTOR = 4
 _STEPS, _VERSION, _LAG, _FILL = 0, 1, 2, 3
@@ -130,6 +134,16 @@ class Control:
     def updates(self) -> int:
         """Updates run by learner 0."""
         return int(self._view[_UPDATES])
+
+    def set_final_checkpoint(self, global_step: int) -> None:
+        """Learner 0 wrote its final checkpoint at ``global_step`` (before it marks itself done)."""
+        self._view[_FINAL_CHECKPOINT] = global_step + 1
+
+    @property
+    def final_checkpoint_step(self) -> int | None:
+        """Global step of learner 0's final checkpoint, or None while it has written none."""
+        value = int(self._view[_FINAL_CHECKPOINT])
+        return value - 1 if value else None
 
     def mark_learner_done(self, rank: int) -> None:
         """Learner ``rank`` finished its loop."""

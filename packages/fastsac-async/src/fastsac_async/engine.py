@@ -34,6 +34,7 @@ from fastsac_async.profiling import profile_iterations
 from fastsac_async.spec import (
     EngineSpec,
     IpcRingHandles,
+    checkpoint_file,
     collector_name,
     learner_name,
     learner_threads,
@@ -57,6 +58,9 @@ from shm_transport import (
 __all__ = ["AsyncEngine", "EngineResult", "EngineStats", "StopReason", "run_engine"]
 
 _log = logging.getLogger(__name__)
+
+_FINAL_SNAPSHOT_WAIT_S = 2.0
+"""Longest wait, once every learner is done, for the snapshot that names the final checkpoint."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,21 +312,20 @@ class AsyncEngine:
         start = time.monotonic()
         learners: dict[int, LearnerSnapshot] = {}
         collectors: dict[int, CollectorSnapshot] = {}
+        reported: list[str] = []  # checkpoints named by rank 0's snapshots, in order
         last_checkpoint: str | None = None
         stopped_early = False
         stop_reason: StopReason = "completed"
-        while True:
-            sup.wait(0.05)
-            for exit_ in sup.new_exits():
-                learner_exit = exit_.name in self._learners
-                if exit_.exitcode != 0 or (learner_exit and not control.learner_done(int(exit_.name[7:]))):
-                    raise sup.failure(exit_)
+
+        def forward() -> None:
+            """Take every queued snapshot; call ``on_stats`` for each of rank 0."""
             for item in _drain(stats_queues):
                 if isinstance(item, CollectorSnapshot):
                     collectors[item.index] = item
                 elif isinstance(item, LearnerSnapshot):
                     learners[item.rank] = item
-                    last_checkpoint = item.checkpoint or last_checkpoint
+                    if item.checkpoint:
+                        reported.append(item.checkpoint)
                     if item.rank == 0:
                         on_stats(
                             EngineStats(
@@ -336,7 +339,16 @@ class AsyncEngine:
                                 checkpoint=item.checkpoint,
                             )
                         )
+
+        while True:
+            sup.wait(0.05)
+            for exit_ in sup.new_exits():
+                learner_exit = exit_.name in self._learners
+                if exit_.exitcode != 0 or (learner_exit and not control.learner_done(int(exit_.name[7:]))):
+                    raise sup.failure(exit_)
+            forward()
             if all(control.learner_done(r) for r in range(spec.num_learners)):
+                last_checkpoint = self._final_checkpoint(control, reported, forward)
                 break
             over_time = spec.time_limit_s is not None and time.monotonic() - start > spec.time_limit_s
             if not control.stop_requested and (over_time or should_stop()):
@@ -353,6 +365,26 @@ class AsyncEngine:
             last_checkpoint=last_checkpoint,
             elapsed_s=time.monotonic() - start,
         )
+
+    def _final_checkpoint(
+        self, control: Control, reported: list[str], forward: Callable[[], None]
+    ) -> str | None:
+        """The run's last checkpoint, once every learner is done.
+
+        Learner 0 records its final checkpoint in ``control`` before its done flag, so the path is
+        known even if the snapshot that names it is still in its queue's feeder thread (or was
+        dropped by a full queue). That snapshot carries the console's "saved" line: wait for it
+        briefly (bounded).
+        """
+        step = control.final_checkpoint_step
+        if step is None:
+            return reported[-1] if reported else None
+        final = str(checkpoint_file(self.spec.run_dir, step))
+        deadline = time.monotonic() + _FINAL_SNAPSHOT_WAIT_S
+        while final not in reported and time.monotonic() < deadline:
+            time.sleep(0.02)
+            forward()
+        return final
 
 
 def _drain(queues: list[Any]) -> list[object]:

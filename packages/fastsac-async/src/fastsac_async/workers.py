@@ -303,7 +303,9 @@ def run_learner(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
             )
             run_learner_loop(learner, profile=profile_iterations(), name=name)
-            learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
+            final = learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
+            if final is not None:
+                control.set_final_checkpoint(learner.gstep)  # before done: the parent reads it then
             offer(stats_queue, learner.snapshot())
             _log.info("%s done at gstep %d after %d updates", name, learner.gstep, learner.updates)
             control.mark_learner_done(rank)
