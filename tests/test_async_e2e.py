@@ -66,10 +66,12 @@ def test_async_trainer_on_mujoco(tmp_path: Path, learners: int) -> None:
     assert result.env_steps == 30 * 4
     assert result.updates == 2 * (30 - 5 + 1)
     last = rec.snapshots[-1]
-    assert last.scalars["async/weight_version"] > 0
+    # Any tick: a snapshot sent just before the end may reach the parent after the last tick was built.
+    assert max(snap.scalars.get("async/weight_version", 0) for snap in rec.snapshots) > 0
     assert "async/policy_lag" in last.scalars and last.scalars["async/policy_lag"] >= 0
-    assert "train/qf_loss" in last.scalars and "rollout/mean_return" in last.scalars
-    assert {f"learner{r}" for r in range(learners)} <= set(last.timing)
+    assert "train/qf_loss" in last.scalars
+    assert any("rollout/mean_return" in snap.scalars for snap in rec.snapshots)
+    assert {f"learner{r}" for r in range(learners)} <= {w for snap in rec.snapshots for w in snap.timing}
     shares = {"perf/learner_update_pct", "perf/learner_decide_pct", "perf/learner_other_pct"}
     assert shares <= {k for snap in rec.snapshots for k in snap.scalars}, "where the learner's host time went"
     assert ("collector1", "running") in boot.states

@@ -28,7 +28,7 @@ def test_missing_worker_times_out_with_its_name(handshake: StartupHandshake) -> 
 
 
 def test_stop_during_barrier_returns_promptly(handshake: StartupHandshake) -> None:
-    """A stop request ends wait_all_ready and wait_released within 0.5 s, with HandshakeAborted."""
+    """A stop request ends wait_all_ready and wait_released within 2 s, with HandshakeAborted."""
     for wait in (
         lambda stop: handshake.wait_all_ready(timeout_s=30.0, should_stop=stop.is_set),
         lambda stop: handshake.wait_released(timeout_s=30.0, should_stop=stop.is_set),
@@ -40,7 +40,7 @@ def test_stop_during_barrier_returns_promptly(handshake: StartupHandshake) -> No
         start = time.monotonic()
         with pytest.raises(HandshakeAborted):
             wait(stop)
-        assert time.monotonic() - start < 0.2 + 0.5
+        assert time.monotonic() - start < 0.2 + 2.0  # far below the 30 s timeout
         timer.join()
 
 
@@ -68,7 +68,7 @@ def test_barrier_false_returns_immediately() -> None:
     try:
         start = time.monotonic()
         handshake.wait_released(timeout_s=30.0)
-        assert time.monotonic() - start < 0.1
+        assert time.monotonic() - start < 2.0  # far below the 30 s timeout
     finally:
         handshake.close()
 

@@ -233,7 +233,10 @@ class AsyncEngine:
             # Every worker has attached: drop the names now, so no crash (not even the parent's)
             # can leave a segment behind in /dev/shm.
             segments.unlink()
-            return self._monitor(sup, control, list(queues.values()), on_stats, should_stop)
+            # Collectors' queues first: a tick built from learner 0's snapshot then holds the collector
+            # snapshots sent before it (the last tick included).
+            ordered = [queues[name] for name in self._collectors + self._learners]
+            return self._monitor(sup, control, ordered, on_stats, should_stop)
         finally:
             control.request_stop()
             sup.shutdown(

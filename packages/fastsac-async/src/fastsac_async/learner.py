@@ -54,6 +54,8 @@ class LearnerHooks:
     """Sum of every collector's steps (rank 0's reading drives the decision)."""
     collectors_finished: Callable[[], bool]
     """This rank's collectors reached their budget."""
+    all_collectors_finished: Callable[[], bool] | None = None
+    """Every collector of the run reached its budget (None: this rank's collectors are all of them)."""
     stop_requested: Callable[[], bool]
     """The parent asked to stop."""
     on_progress: Callable[[int, int], None] = lambda gstep, updates: None
@@ -176,12 +178,18 @@ class Learner:
         if self.stopped:
             return False
         self._maybe_drain()
+        # Rank 0's reading of the steps drives the decision, so it may vote done only once that reading
+        # is final: read "every collector finished" first (counts only grow). Otherwise another rank's
+        # collector could take its last step after the reading, that rank vote done, and the run stop
+        # one generation short.
+        all_finished = self.hooks.all_collectors_finished or self.hooks.collectors_finished
+        final_reading = self.rank != 0 or all_finished()
         with self.timer.time("decide"):  # with several ranks: the collective, waits for the slowest
             decision = self.decider.step(
                 collector_steps=self.hooks.collector_steps(),
                 has_data=self.agent.buffer.num_complete >= 1,
                 stop_vote=self.hooks.stop_requested(),
-                done_vote=self._done() and self.decider.owed == 0,
+                done_vote=final_reading and self._done() and self.decider.owed == 0,
             )
         self.gstep = max(self.gstep, decision.gstep)
         if decision.run_updates:

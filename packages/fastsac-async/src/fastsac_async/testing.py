@@ -211,7 +211,9 @@ def orphaning_parent(*, run_dir: Path, pid_file: Path) -> None:
     sup.spawn("orphan", sleeping_worker, {"seconds": 60.0}, threads=1)
     while not (run_dir / "logs" / "orphan.log").exists():
         time.sleep(0.05)
-    pid_file.write_text(str(sup.pid("orphan")))
+    partial = pid_file.with_suffix(".partial")
+    partial.write_text(str(sup.pid("orphan")))
+    partial.replace(pid_file)  # atomic: a reader never sees an empty file
     time.sleep(60.0)
     os.kill(os.getpid(), signal.SIGKILL)
 

@@ -288,6 +288,9 @@ def run_learner(
                 hooks=LearnerHooks(
                     collector_steps=control.total_collector_steps,
                     collectors_finished=lambda: all(control.collector_steps(i) >= budget for i in indices),
+                    all_collectors_finished=lambda: all(
+                        steps >= budget for steps in control.all_collector_steps()
+                    ),
                     stop_requested=lambda: control.stop_requested,
                     on_progress=lambda g, u: control.set_progress(global_step=g, updates=u),
                     on_snapshot=lambda snap: _send(stats_queue, snap),
