@@ -144,6 +144,11 @@ class AsyncEngine:
                 f"async_options.ring_capacity={spec.options.ring_capacity} must be at least 1; "
                 "64 is the default"
             )
+        if not 0 <= spec.options.collector_spin_s <= 1:
+            raise AsyncConfigError(
+                f"async_options.collector_spin_s={spec.options.collector_spin_s} must be between 0 and 1 s; "
+                "0 (the default) sleeps at once, and a collector sees a stop request only between waits"
+            )
         profile_iterations()  # an invalid FASTSAC_PROFILE_LEARNER fails here, before anything starts
         self.spec = spec
         self._collectors = [collector_name(c.index) for c in spec.topology.collectors]
