@@ -32,5 +32,7 @@ for r in $runs; do
   tail -n 4 $OUT/${r}_console.log
   # An async run's learner log (with FASTSAC_PROFILE_LEARNER=N: its profile); a sync run has none.
   [[ -f /tmp/runs/$r/logs/learner0.log ]] && cp /tmp/runs/$r/logs/learner0.log $OUT/${r}_learner0.log
+  # Where start-up time went (async runs): the learner's and one collector's boot phases.
+  grep -h -e " boot: " -e "first update chunk" /tmp/runs/$r/logs/learner0.log /tmp/runs/$r/logs/collector0.log 2>/dev/null | cut -c12-
   ls /tmp/runs/$r/async_errors 2>/dev/null
 done

@@ -53,6 +53,14 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int) 
     assert result.last_checkpoint is not None
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
     assert extra["collector_steps"] == [40, 40] and extra["iteration"] == 40
+    # Each worker's log says where its start-up time went.
+    learner_log = (tmp_path / "logs" / "learner0.log").read_text()
+    assert "learner0 boot: agent and replay buffer built in" in learner_log
+    assert "learner0 boot: released (every worker ready)" in learner_log
+    assert "learner0: first update chunk (2 updates, compile and capture included) took" in learner_log
+    collector_log = (tmp_path / "logs" / "collector1.log").read_text()
+    assert "collector1 boot: env shard of 4 envs built in" in collector_log
+    assert "collector1 boot: policy on cpu built and warmed up (compiled: False)" in collector_log
 
 
 @pytest.mark.slow

@@ -155,8 +155,15 @@ class Learner:
     def _train(self, decision: Decision) -> None:
         for chunk in split_chunks(decision.run_updates, self.settings.num_updates):
             self.ingestor.wait_before_sampling()
+            first = self.updates == 0
+            started = time.perf_counter()
             with self.timer.time("update"), self.device_timer.span():
                 self.last_metrics = self.agent.update(chunk)
+            if first:  # compilation and graph capture happen here: say how long they took
+                _log.info(
+                    "learner%d: first update chunk (%d updates, compile and capture included) took %.2f s",
+                    self.rank, chunk, time.perf_counter() - started,
+                )  # fmt: skip
             self.finish_publish()  # the previous snapshot, if the GPU got past it (never waits)
             self.updates += chunk
             self._window_updates += chunk

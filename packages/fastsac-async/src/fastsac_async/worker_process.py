@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["error_log_path", "log_path", "worker_environment", "worker_process"]
+__all__ = ["BootTimeline", "error_log_path", "log_path", "worker_environment", "worker_process"]
 
 _PR_SET_PDEATHSIG = 1
 _log = logging.getLogger(__name__)
@@ -58,6 +58,25 @@ def worker_environment(threads: int) -> dict[str, str]:
         # Inductor's parallel compile workers are extra processes; keep compilation in-process.
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
+
+
+class BootTimeline:
+    """Logs how long each start-up phase of a worker took, so its log shows where boot time went.
+
+    Args:
+        name: The worker's name (``collector3``, ``learner0``).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._start = self._last = time.perf_counter()
+
+    def mark(self, phase: str) -> float:
+        """Log ``phase`` as done now, with its own duration and the time since start; returns its duration."""
+        now = time.perf_counter()
+        took, self._last = now - self._last, now
+        _log.info("%s boot: %s in %.2f s (%.2f s since start)", self._name, phase, took, now - self._start)
+        return took
 
 
 def _die_with_parent(parent_pid: int) -> None:

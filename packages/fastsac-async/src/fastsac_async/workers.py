@@ -26,7 +26,7 @@ from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.profiling import profile_iterations, run_learner_loop
 from fastsac_async.spec import EngineSpec, IpcRingHandles, checkpoint_file, collector_name, ring_layout
 from fastsac_async.stats import offer
-from fastsac_async.worker_process import worker_process
+from fastsac_async.worker_process import BootTimeline, worker_process
 from fastsac_core import FastSACAgent, InferencePolicy, load_checkpoint
 from numa_bind import bind_current_process
 from shm_transport import (
@@ -98,15 +98,18 @@ def run_collector(
     """Collector process: bind, build its env shard, receive its slots, warm up, then collect."""
     with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
         stats_queue.cancel_join_thread()  # never wait on the parent at exit
+        boot = BootTimeline(name)
         place = spec.topology.collectors[index]
         _bind(place.cpus, place.numa_node)
         _seed(spec.seed + index)
         env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
+        boot.mark(f"env shard of {env.num_envs} envs built")
         payload = handshake.receive(
             collector_name(index),
             timeout_s=spec.options.boot_timeout_s,
             should_stop=lambda: control.stop_requested,
         )
+        boot.mark("ring and weight slots received from the learner")
         ring: TransitionRing
         ring = (
             CudaIpcRing.attach_producer(payload["ring"])
@@ -124,11 +127,12 @@ def run_collector(
         cuda = device.type == "cuda"
         if cuda:
             torch.cuda.set_device(device)
+        compiled = cuda and spec.options.collector_compile
         policy = InferencePolicy(
             spec.dims,
             spec.agent,
             device=device,
-            compile=cuda and spec.options.collector_compile,
+            compile=compiled,
             amp=cuda and spec.options.collector_amp,
         )
         collector = Collector(
@@ -148,10 +152,12 @@ def run_collector(
             for _ in range(2):  # warm-up: first calls compile / allocate
                 policy(torch.zeros(env.num_envs, spec.dims.obs_dim))
             collector.poll_weights()
+            boot.mark(f"policy on {device} built and warmed up (compiled: {compiled}), weights loaded")
             handshake.report_ready(name)
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
             )
+            boot.mark("released (every worker ready)")
             collector.run(should_stop=lambda: control.stop_requested)
             _log.info("%s stopped at step %d (version %d)", name, collector.steps, collector.version)
         finally:
@@ -202,6 +208,7 @@ def run_learner(
     """Learner process: bind, join the group, build the agent, ship slots, publish, then learn."""
     with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
         stats_queue.cancel_join_thread()
+        boot = BootTimeline(name)
         place = spec.topology.learners[rank]
         _bind(place.cpus, place.numa_node)
         _seed(spec.seed + 1000 + rank)
@@ -209,6 +216,7 @@ def run_learner(
         if device.type == "cuda":
             torch.cuda.set_device(device)
         collective = _init_process_group(spec, rank, device)
+        boot.mark(f"on {device}, {spec.num_learners} learner(s) in the group")
         own = spec.topology.collectors_of(rank)
         agent = FastSACAgent(
             spec.dims,
@@ -221,6 +229,9 @@ def run_learner(
         if spec.resume_from is not None:
             extra = load_checkpoint(spec.resume_from, agent)
             start_gstep = int(extra.get("iteration", 0))
+        boot.mark(
+            "agent and replay buffer built" + (f", resumed at gstep {start_gstep}" if start_gstep else "")
+        )
         rings: list[TransitionRing] = []
         writers: list[WeightWriter] = []
         channels: list[WeightChannel] = []
@@ -301,10 +312,12 @@ def run_learner(
             )
             learner.gstep = start_gstep
             learner.publish(wait=True)
+            boot.mark(f"slots shipped to {len(own)} collector(s), initial weights published")
             handshake.report_ready(name)
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
             )
+            boot.mark("released (every worker ready)")
             run_learner_loop(learner, profile=profile_iterations(), name=name)
             final = learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
             if final is not None:
