@@ -12,7 +12,7 @@ from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_async.workers import collector_settings
-from fastsac_core import FastSACConfig, peek_checkpoint
+from fastsac_core import FastSACAgent, FastSACConfig, peek_checkpoint, save_checkpoint
 from topology import LearnerPlacement
 
 CFG = FastSACConfig(
@@ -163,3 +163,23 @@ def test_a_collector_spin_outside_0_to_1_s_is_refused_before_anything_starts(
     spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, collector_spin_s=spin_s))
     with pytest.raises(AsyncConfigError, match=rf"collector_spin_s={spin_s} must be between 0 and 1 s"):
         AsyncEngine(spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("learners", [1, 2])
+def test_a_run_resumed_from_uneven_collector_steps_finishes(tmp_path: Path, learners: int) -> None:
+    """A resume from uneven collector steps (as a stop leaves them) finishes and continues the count."""
+    spec = _spec(tmp_path / "resumed", 2, learners, 12)
+    agent = FastSACAgent(spec.dims, CFG, "cpu", num_envs=8 // learners, world_size=learners)
+    saved = save_checkpoint(
+        checkpoint_file(tmp_path / "stopped", 5), agent,
+        extra={"iteration": 5, "updates": 6, "collector_steps": [4, 7]},  # collector 1 was 3 steps ahead
+    )  # fmt: skip
+    spec = dataclasses.replace(spec, resume_from=saved, time_limit_s=120.0)  # a hang ends as a failure
+    result = run_engine(spec)
+    assert result.stop_reason == "completed"
+    assert result.collector_steps == [12, 12] and result.global_step == 12
+    assert result.updates == 6 + 2 * (12 - 5)  # strict: num_updates per gstep after the resume point
+    assert result.last_checkpoint is not None
+    extra = peek_checkpoint(result.last_checkpoint)["extra"]
+    assert (extra["iteration"], extra["updates"], extra["collector_steps"]) == (12, 20, [12, 12])

@@ -202,10 +202,13 @@ class AsyncEngine:
         ctx = sup.context
         control = Control(spec.num_collectors, spec.num_learners)
         if spec.resume_from is not None:
-            extra = peek_checkpoint(spec.resume_from)["extra"]
-            steps = extra.get("collector_steps")
-            gstep = int(extra.get("iteration", 0))
-            control.resume_collector_steps(list(steps) if steps else [gstep] * spec.num_collectors)
+            # Every collector restarts at the checkpoint's global step, whatever its own count was
+            # (a stop leaves them uneven): generations pair the k-th slot of every ring, so the rings
+            # must start level, or the surplus of the collectors that were behind never forms a
+            # generation and the run never finishes. The replay is not in the checkpoint: nothing
+            # is lost, and the learners owe nothing for earlier gsteps.
+            gstep = int(peek_checkpoint(spec.resume_from)["extra"].get("iteration", 0))
+            control.resume_collector_steps([gstep] * spec.num_collectors)
         # A parent killed during an earlier run's boot left its segments named: sweep those whose
         # creator is dead (never a live process's).
         stale = cleanup_stale_segments()

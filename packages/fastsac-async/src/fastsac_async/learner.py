@@ -113,6 +113,7 @@ class Learner:
         self._window_updates = 0
         self._last_report = -1
         self._last_save = 0
+        self._trained = False  # no update chunk run yet (the first one compiles and captures)
         self._pending_checkpoint: str | None = None
         self.stopped = False
 
@@ -155,7 +156,8 @@ class Learner:
     def _train(self, decision: Decision) -> None:
         for chunk in split_chunks(decision.run_updates, self.settings.num_updates):
             self.ingestor.wait_before_sampling()
-            first = self.updates == 0
+            first = not self._trained
+            self._trained = True
             started = time.perf_counter()
             with self.timer.time("update"), self.device_timer.span():
                 self.last_metrics = self.agent.update(chunk)
@@ -179,6 +181,14 @@ class Learner:
     def _done(self) -> bool:
         ing = self.ingestor
         return self.hooks.collectors_finished() and ing.unread() == 0 and ing.held() == 0
+
+    def resume_at(self, gstep: int, updates: int) -> None:
+        """Continue a run from its checkpoint's global step and update count.
+
+        The next periodic checkpoint is the next one due after ``gstep``, not one at ``gstep`` again.
+        """
+        self.gstep = self._last_save = self._last_report = gstep
+        self.updates = updates
 
     def run_iteration(self) -> bool:
         """One loop: drain, one lockstep decision, the updates it grants; False once stopped."""

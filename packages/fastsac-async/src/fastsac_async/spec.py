@@ -53,7 +53,8 @@ class EngineSpec:
     time_limit_s: float | None = None
     """Wall-clock budget of training (None: none)."""
     rendezvous_timeout_s: float = 120.0
-    """Longest wait for the learners' process group to form."""
+    """Longest wait for the learners' process group to form, and for any one collective among them
+    (torch.distributed's timeout: a rank left waiting longer fails the run)."""
     shutdown_timeout_s: float = 30.0
     """Budget of the graceful part of the shutdown (then terminate, then kill)."""
     learner_threads: int | None = None

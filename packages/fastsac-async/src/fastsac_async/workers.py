@@ -225,10 +225,13 @@ def run_learner(
             num_envs=sum(c.env_stop - c.env_start for c in own),
             world_size=spec.num_learners,
         )
-        start_gstep = 0
+        start_gstep = start_updates = 0
         if spec.resume_from is not None:
-            extra = load_checkpoint(spec.resume_from, agent)
+            # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
+            # indices and noise on every rank. The others keep their own seeds.
+            extra = load_checkpoint(spec.resume_from, agent, restore_rng=rank == 0)
             start_gstep = int(extra.get("iteration", 0))
+            start_updates = int(extra.get("updates", 0))
         boot.mark(
             "agent and replay buffer built" + (f", resumed at gstep {start_gstep}" if start_gstep else "")
         )
@@ -310,7 +313,7 @@ def run_learner(
                 ),
                 process_group=None,
             )
-            learner.gstep = start_gstep
+            learner.resume_at(start_gstep, start_updates)
             learner.publish(wait=True)
             boot.mark(f"slots shipped to {len(own)} collector(s), initial weights published")
             handshake.report_ready(name)
