@@ -183,3 +183,16 @@ def test_a_run_resumed_from_uneven_collector_steps_finishes(tmp_path: Path, lear
     assert result.last_checkpoint is not None
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
     assert (extra["iteration"], extra["updates"], extra["collector_steps"]) == (12, 20, [12, 12])
+
+
+@pytest.mark.slow
+def test_a_stop_during_start_up_ends_cleanly_and_says_so(tmp_path: Path) -> None:
+    """Ctrl+C while workers boot: stop_reason "stopped_during_boot", no checkpoint, no worker error log."""
+    booted: list[tuple[str, str]] = []
+    result = run_engine(
+        _spec(tmp_path, 2, 1, 10**9), on_boot=lambda w, s: booted.append((w, s)), should_stop=lambda: True
+    )
+    assert result.stopped_early and result.stop_reason == "stopped_during_boot"
+    assert result.last_checkpoint is None and result.updates == 0
+    assert ("collector1", "booting") in booted and not any(s == "running" for _, s in booted)
+    assert not (tmp_path / "async_errors").exists(), "a worker stopped at the barrier is no failure"

@@ -85,7 +85,7 @@ class EngineStats:
     """A checkpoint written since the last tick."""
 
 
-StopReason = Literal["completed", "time_limit", "stop_requested"]
+StopReason = Literal["completed", "time_limit", "stop_requested", "stopped_during_boot"]
 """Why a run ended: its budget was reached, ``time_limit_s`` passed, or a stop was asked for."""
 
 
@@ -102,7 +102,8 @@ class EngineResult:
     stopped_early: bool
     """A stop was requested (Ctrl+C, should_stop, time limit) before the budget was reached."""
     stop_reason: StopReason = "completed"
-    """Why it ended: the budget was reached, ``time_limit_s`` passed, or a stop was asked for."""
+    """Why it ended: the budget was reached, ``time_limit_s`` passed, a stop was asked for, or it was
+    asked for before every worker was ready (nothing trained, no checkpoint)."""
     last_checkpoint: str | None = None
     """The last checkpoint written."""
     elapsed_s: float = 0.0
@@ -237,7 +238,14 @@ class AsyncEngine:
                 self._spawn(sup, collector_name(c.index), run_collector, c.numa_node, threads,
                             dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
                             on_boot)  # fmt: skip
-            self._boot(sup, handshake, on_boot, should_stop)
+            try:
+                self._boot(sup, handshake, on_boot, should_stop)
+            except HandshakeAborted:  # a stop request before every worker was ready (Ctrl+C at boot)
+                _log.info("stop requested during start-up: nothing was trained")
+                return EngineResult(
+                    global_step=control.global_step, collector_steps=control.all_collector_steps(),
+                    updates=control.updates, stopped_early=True, stop_reason="stopped_during_boot",
+                )  # fmt: skip
             # Every worker has attached: drop the names now, so no crash (not even the parent's)
             # can leave a segment behind in /dev/shm.
             segments.unlink()

@@ -12,6 +12,7 @@ import datetime
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from shm_transport import (
     CudaIpcWeightHandle,
     CudaIpcWeightReader,
     CudaIpcWeightWriter,
+    HandshakeAborted,
     HostRing,
     HostRingHandle,
     HostWeightReader,
@@ -62,6 +64,15 @@ def _bind(cpus: tuple[int, ...] | None, node: int | None) -> None:
 
 def _send(stats_queue: Any, item: object) -> None:
     offer(stats_queue, item)
+
+
+@contextlib.contextmanager
+def _quiet_if_stopped_during_boot(name: str) -> Iterator[None]:
+    """A stop request while this worker waits at the boot barrier ends it cleanly (exit 0, no error log)."""
+    try:
+        yield
+    except HandshakeAborted:
+        _log.info("%s: stop requested during start-up; exiting", name)
 
 
 def _seed(seed: int) -> None:
@@ -96,7 +107,10 @@ def run_collector(
     stats_queue: Any,
 ) -> None:
     """Collector process: bind, build its env shard, receive its slots, warm up, then collect."""
-    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+    with (
+        worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads),
+        _quiet_if_stopped_during_boot(name),
+    ):
         stats_queue.cancel_join_thread()  # never wait on the parent at exit
         boot = BootTimeline(name)
         place = spec.topology.collectors[index]
@@ -206,7 +220,10 @@ def run_learner(
     weight_handles: dict[int, WeightChannelHandle],
 ) -> None:
     """Learner process: bind, join the group, build the agent, ship slots, publish, then learn."""
-    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+    with (
+        worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads),
+        _quiet_if_stopped_during_boot(name),
+    ):
         stats_queue.cancel_join_thread()
         boot = BootTimeline(name)
         place = spec.topology.learners[rank]
