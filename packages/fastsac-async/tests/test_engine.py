@@ -1,4 +1,6 @@
+import contextlib
 import dataclasses
+import multiprocessing as mp
 import subprocess
 from pathlib import Path
 
@@ -9,7 +11,7 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
 from fastsac_async.engine import AsyncEngine, EngineStats, run_engine
 from fastsac_async.exceptions import AsyncConfigError
-from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads
+from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads, rendezvous_file
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_async.workers import collector_settings
 from fastsac_core import FastSACAgent, FastSACConfig, peek_checkpoint, save_checkpoint
@@ -196,3 +198,28 @@ def test_a_stop_during_start_up_ends_cleanly_and_says_so(tmp_path: Path) -> None
     assert result.last_checkpoint is None and result.updates == 0
     assert ("collector1", "booting") in booted and not any(s == "running" for _, s in booted)
     assert not (tmp_path / "async_errors").exists(), "a worker stopped at the barrier is no failure"
+
+
+def _join_alone(path: str) -> None:
+    """Rank 0 of a 2-rank group whose rank 1 never comes: leaves its entries in the file rendezvous."""
+    import datetime
+
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):  # the rendezvous times out, as a run killed at boot would leave it
+        dist.init_process_group(
+            "gloo", init_method=f"file://{path}", rank=0, world_size=2, timeout=datetime.timedelta(seconds=3)
+        )
+
+
+@pytest.mark.slow
+def test_a_stale_rendezvous_file_does_not_break_the_next_two_learner_run(tmp_path: Path) -> None:
+    """The file rendezvous a dead group left in the run folder is removed before the learners join."""
+    stale = rendezvous_file(tmp_path)
+    proc = mp.get_context("spawn").Process(target=_join_alone, args=(str(stale),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0 and stale.exists()
+    spec = dataclasses.replace(_spec(tmp_path, 2, 2, 12), time_limit_s=120.0, rendezvous_timeout_s=30.0)
+    result = run_engine(spec)
+    assert result.stop_reason == "completed" and result.collector_steps == [12, 12]

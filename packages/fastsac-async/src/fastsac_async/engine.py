@@ -38,6 +38,7 @@ from fastsac_async.spec import (
     collector_name,
     learner_name,
     learner_threads,
+    rendezvous_file,
     ring_layout,
     weight_extras,
 )
@@ -216,6 +217,9 @@ class AsyncEngine:
         if stale:
             _log.info("removed %d stale shared-memory segment(s) of dead runs: %s", len(stale), stale)
         segments = _Segments()
+        # A run killed before its learners joined leaves their file rendezvous behind; a new group
+        # would read the dead one's entries from it and hang or fail.
+        rendezvous_file(spec.run_dir).unlink(missing_ok=True)
         workers = self._learners + self._collectors
         handshake = StartupHandshake(ctx, collectors=self._collectors, workers=workers)
         # One bounded queue per worker: a worker killed while holding a queue's write lock can

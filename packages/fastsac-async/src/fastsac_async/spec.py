@@ -91,6 +91,11 @@ def learner_name(rank: int) -> str:
     return f"learner{rank}"
 
 
+def rendezvous_file(run_dir: Path) -> Path:
+    """The learners' torch.distributed file rendezvous (the parent removes a stale one before a run)."""
+    return run_dir / "ddp_rendezvous"
+
+
 def checkpoint_file(run_dir: Path, gstep: int) -> Path:
     """``checkpoints/model_{gstep:07d}.pt`` under the run folder (the app's naming)."""
     return run_dir / "checkpoints" / f"model_{gstep:07d}.pt"

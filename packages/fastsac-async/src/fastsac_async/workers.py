@@ -25,7 +25,14 @@ from fastsac_async.control import Control
 from fastsac_async.decider import TrainDecider
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.profiling import profile_iterations, run_learner_loop
-from fastsac_async.spec import EngineSpec, IpcRingHandles, checkpoint_file, collector_name, ring_layout
+from fastsac_async.spec import (
+    EngineSpec,
+    IpcRingHandles,
+    checkpoint_file,
+    collector_name,
+    rendezvous_file,
+    ring_layout,
+)
 from fastsac_async.stats import offer
 from fastsac_async.worker_process import BootTimeline, worker_process
 from fastsac_core import FastSACAgent, InferencePolicy, load_checkpoint
@@ -188,7 +195,7 @@ def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Co
     import torch.distributed as dist
 
     backend = "nccl" if device.type == "cuda" else "gloo"
-    rendezvous = spec.run_dir / "ddp_rendezvous"
+    rendezvous = rendezvous_file(spec.run_dir)
     dist.init_process_group(
         backend,
         init_method=f"file://{rendezvous}",
