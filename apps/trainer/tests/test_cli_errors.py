@@ -120,3 +120,54 @@ def test_subprocess_error_is_one_line_without_traceback() -> None:
         "error: malformed override: 'oops' (missing EQUAL at '<EOF>'); write overrides as key=value, "
         "e.g. algo.trainer.async_options.num_collectors=2"
     ]
+
+
+def _saved_run(tmp_path: Path, args: list[str], iteration: int) -> Path:
+    """A run folder holding one checkpoint of the agent ``args`` configure, at ``iteration``."""
+    from fastsac_core import FastSACAgent, save_checkpoint
+    from trainer.cli import _composed
+
+    run, _, _, _ = _composed(args)
+    agent = FastSACAgent(run.dims, run.agent, "cpu", num_envs=run.config["task"]["num_envs"])
+    folder = tmp_path / "old"
+    save_checkpoint(
+        folder / "checkpoints" / f"model_{iteration:07d}.pt", agent, extra={"iteration": iteration}
+    )
+    return folder
+
+
+SMALL = ["task=pendulum", "task.num_envs=4", "algo.agent.buffer_size=16", "algo.trainer.asynchronous=false"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (["algo.agent.actor_hidden_dim=24"], "error: algo.agent.actor_hidden_dim=24 does not match"),
+        (["algo.agent.buffer_size=32"], "error: algo.agent.buffer_size=32 does not match"),
+        (["task.num_envs=8"], "error: task.num_envs=8 over 1 learner(s) gives 8 envs per learner, but"),
+        (["task=halfcheetah", "task.num_envs=4"], "error: task=halfcheetah does not match"),
+    ],
+)
+def test_a_resume_that_does_not_fit_its_checkpoint_is_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, change: list[str], expected: str
+) -> None:
+    """resume= with another task, network size, replay size or env count: one line, nothing written."""
+    folder = _saved_run(tmp_path, SMALL, 4)
+    line = _fail(capsys, [*SMALL, f"resume={folder}", *change])
+    assert line.startswith(expected), line
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoints"], "nothing written into the run folder"
+
+
+def test_a_resume_past_the_budget_says_there_is_nothing_to_train(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """resume= of a checkpoint at or past num_learning_iterations: says so, exits 0, writes nothing."""
+    folder = _saved_run(tmp_path, SMALL, 4)
+    with pytest.raises(SystemExit) as info:
+        main([*SMALL, f"resume={folder}", "algo.trainer.num_learning_iterations=4"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert (
+        "nothing to train:" in out and "is at iteration 4 and algo.trainer.num_learning_iterations=4" in out
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoints"]

@@ -69,3 +69,18 @@ def test_stage_means_come_from_collector_groups_only() -> None:
         {"collector0": {"wait": 1.0}, "learner0": {"update": 9.0}, "sync": {"x": 1.0}}
     )
     assert means == {"perf/collector_wait_ms": 1.0}
+
+
+def test_a_resumed_run_hides_the_events_its_last_session_wrote_past_the_checkpoint(tmp_path: Path) -> None:
+    """Resuming at iteration 20 (purge_step): the first session's points from 20 on are gone, no zig-zag."""
+    first = TensorBoardReporter(tmp_path)
+    for iteration in (10, 20, 30):  # it stopped at 30, its last checkpoint was at 20
+        first.report(_snapshot(iteration))
+    first.close()
+    second = TensorBoardReporter(tmp_path, purge_step=20)
+    for iteration in (25, 35):
+        second.report(_snapshot(iteration))
+    second.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/qf_loss")] == [10, 25, 35]

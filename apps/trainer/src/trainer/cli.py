@@ -159,6 +159,14 @@ def train(overrides: list[str]) -> int:
     from trainer.run_dir import create_run_dir, default_run_name
 
     run, resume_from, previous_run, cuda_count = _composed(overrides)
+    budget = run.config["algo"]["trainer"]["num_learning_iterations"]
+    resumed_at = None if resume_from is None else check_resumable(resume_from, run)
+    if resumed_at is not None and resumed_at >= budget:
+        sys.stdout.write(
+            f"nothing to train: {resume_from} is at iteration {resumed_at} and "
+            f"algo.trainer.num_learning_iterations={budget}; raise it to train on\n"
+        )
+        return 0
     topology = placement_of(run, cuda_count)
     placement = describe_placement(run, topology)
     trainer_fn = select_trainer(run.config["algo"]["trainer"]["asynchronous"])
@@ -180,10 +188,68 @@ def train(overrides: list[str]) -> int:
     if resume_from is not None:
         out.write(f"resuming from {resume_from}\n")
     out.flush()
-    return _run_with_console(plan, cfg["console"], trainer_fn)
+    return _run_with_console(plan, cfg["console"], trainer_fn, resumed_at)
 
 
-def _run_with_console(plan: Any, console_mode: str, trainer_fn: Callable[..., object]) -> int:
+_SHAPED = (
+    "actor_hidden_dim",
+    "critic_hidden_dim",
+    "num_q_networks",
+    "num_atoms",
+    "use_layer_norm",
+    "buffer_size",
+)
+"""Agent settings that shape a checkpoint's tensors: a resume must keep them."""
+
+
+def check_resumable(checkpoint: Path, run: Any) -> int:
+    """The checkpoint's iteration, once its task, network and replay sizes fit ``run``.
+
+    Checked before anything is written or started, so a mismatch is one line naming the setting,
+    instead of a learner failing at start-up.
+
+    Raises:
+        TrainerAppError: The checkpoint was trained with a different task, network or env count.
+    """
+    import dataclasses
+
+    from fastsac_core import peek_checkpoint
+    from trainer.config.exceptions import TrainerAppError
+
+    info = peek_checkpoint(checkpoint)
+    saved_dims, dims = info["dims"], dataclasses.asdict(run.dims)
+    if saved_dims != dims:
+        differ = ", ".join(
+            f"{k} {saved_dims.get(k)} -> {v}" for k, v in dims.items() if saved_dims.get(k) != v
+        )
+        raise TrainerAppError(
+            f"task={run.task_name} does not match {checkpoint} (observation/action sizes {differ}); "
+            "resume with the task it was trained on"
+        )
+    agent = dataclasses.asdict(run.agent)
+    for key in _SHAPED:
+        saved = info["config"].get(key)
+        if saved != agent[key]:
+            raise TrainerAppError(
+                f"algo.agent.{key}={agent[key]} does not match {checkpoint}, which has {saved}; "
+                f"resume with algo.agent.{key}={saved} or start a new run (run_name=...)"
+            )
+    asynchronous = run.config["algo"]["trainer"]["asynchronous"]
+    learners = run.async_options.num_learners if asynchronous else 1
+    num_envs = run.config["task"]["num_envs"]
+    per_learner, saved_envs = num_envs // learners, info["buffer"]["num_envs"]
+    if per_learner != saved_envs:
+        raise TrainerAppError(
+            f"task.num_envs={num_envs} over {learners} learner(s) gives {per_learner} envs per learner, "
+            f"but {checkpoint} was trained with {saved_envs}; resume with the same task.num_envs and "
+            "algo.trainer.async_options.num_learners"
+        )
+    return int(info["extra"].get("iteration", 0))
+
+
+def _run_with_console(
+    plan: Any, console_mode: str, trainer_fn: Callable[..., object], resumed_at: int | None = None
+) -> int:
     from trainer.console import ConsoleLogHandler, FanOut, StopRequest, open_console
     from trainer.tensorboard import TensorBoardReporter
 
@@ -191,7 +257,7 @@ def _run_with_console(plan: Any, console_mode: str, trainer_fn: Callable[..., ob
     handler = ConsoleLogHandler(console)
     root = logging.getLogger()
     previous_level = root.level
-    tensorboard = TensorBoardReporter(plan.run_dir)
+    tensorboard = TensorBoardReporter(plan.run_dir, purge_step=resumed_at)
     try:
         with console, StopRequest(on_first=console.stop_requested) as stop:
             root.addHandler(handler)

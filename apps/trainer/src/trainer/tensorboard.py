@@ -37,10 +37,12 @@ class TensorBoardReporter:
 
     Args:
         log_dir: Folder of the event files (the run folder).
+        purge_step: Resuming at this iteration: TensorBoard hides the events an earlier session of
+            the run wrote from it on (that session went on past its last checkpoint).
     """
 
-    def __init__(self, log_dir: Path) -> None:
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def report(self, snapshot: Snapshot) -> None:
         """Write the snapshot's scalars at ``snapshot.iteration``; non-finite values are skipped."""

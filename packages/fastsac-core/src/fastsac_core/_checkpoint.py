@@ -122,9 +122,15 @@ def _read(path: str | os.PathLike[str], map_location: Any, mmap: bool = False) -
 
 
 def peek_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Counters, dims, config and extra of a checkpoint, without building an agent."""
+    """Counters, dims, config, extra and replay size of a checkpoint, without building an agent.
+
+    ``buffer`` holds the replay's ``num_envs`` and ``capacity``.
+    """
     payload = _read(path, "cpu", mmap=True)
-    return {key: payload[key] for key in ("counters", "dims", "config", "extra")}
+    info = {key: payload[key] for key in ("counters", "dims", "config", "extra")}
+    buffer = payload["agent"]["buffer"]
+    info["buffer"] = {"num_envs": int(buffer["num_envs"]), "capacity": int(buffer["capacity"])}
+    return info
 
 
 def _check_shapes(where: str, saved: dict[str, Any], current: dict[str, Any]) -> None:
