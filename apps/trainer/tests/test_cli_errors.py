@@ -171,3 +171,20 @@ def test_a_resume_past_the_budget_says_there_is_nothing_to_train(
         "nothing to train:" in out and "is at iteration 4 and algo.trainer.num_learning_iterations=4" in out
     )
     assert sorted(p.name for p in folder.iterdir()) == ["checkpoints"]
+
+
+def test_resuming_an_older_checkpoint_into_its_own_folder_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """resume=<an earlier checkpoint> without run_name: refused, the later checkpoints stay untouched."""
+    folder = _saved_run(tmp_path, SMALL, 4)
+    _saved_run(tmp_path, SMALL, 6)
+    (folder / "config.yaml").write_text("task:\n  name: pendulum\n")
+    older = folder / "checkpoints" / "model_0000004.pt"
+    line = _fail(capsys, [*SMALL, f"resume={older}"])
+    assert line.startswith(f"error: resume={older} is not the latest checkpoint of {folder}"), line
+    assert "model_0000006.pt is" in line and "add run_name=<new name> to branch off" in line
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == [
+        "model_0000004.pt",
+        "model_0000006.pt",
+    ]

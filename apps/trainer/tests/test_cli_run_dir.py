@@ -40,6 +40,7 @@ def test_latest_checkpoint_is_the_highest_iteration(tmp_path: Path) -> None:
 
 def test_resolve_resume_accepts_run_folder_checkpoints_folder_and_file(tmp_path: Path) -> None:
     """resume= takes a run folder, its checkpoints/ folder or a file, and finds the run folder."""
+    (tmp_path / "config.yaml").write_text("task: {}\n")
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     (folder / "model_0000002.pt").write_bytes(b"x")
@@ -50,3 +51,14 @@ def test_resolve_resume_accepts_run_folder_checkpoints_folder_and_file(tmp_path:
     assert resolve_resume(str(folder / "model_0000002.pt")) == (folder / "model_0000002.pt", tmp_path)
     with pytest.raises(TrainerAppError, match="no such file or folder"):
         resolve_resume(str(tmp_path / "nope"))
+
+
+def test_a_loose_checkpoint_file_belongs_to_no_run_folder(tmp_path: Path) -> None:
+    """A checkpoint outside a run folder (a copy): it belongs to none, so nothing is written beside it."""
+    loose = tmp_path / "model_0000004.pt"
+    loose.write_bytes(b"x")
+    assert resolve_resume(str(loose)) == (loose, None)
+    copied = tmp_path / "elsewhere" / "checkpoints" / "model_0000004.pt"  # no config.yaml above it
+    copied.parent.mkdir(parents=True)
+    copied.write_bytes(b"x")
+    assert resolve_resume(str(copied)) == (copied, None)

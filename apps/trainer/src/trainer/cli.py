@@ -130,8 +130,8 @@ def _composed(overrides: list[str]) -> tuple[Any, Path | None, Path | None, int]
     resume_from = previous_run = None
     if composed.resume:
         resume_from, previous_run = resolve_resume(str(composed.resume))
-        saved = previous_run / _OVERRIDES_FILE
-        if saved.is_file():
+        saved = None if previous_run is None else previous_run / _OVERRIDES_FILE
+        if saved is not None and saved.is_file():
             # The resumed run starts from the original run's overrides; new ones win.
             lines = saved.read_text().splitlines()
             kept = [o for o in lines if o and not o.startswith(("resume=", "run_name="))]
@@ -176,6 +176,8 @@ def train(overrides: list[str]) -> int:
     else:
         run_dir = Path(cfg["runs_root"]) / (cfg["run_name"] or default_run_name(run.task_name))
     same_run = previous_run is not None and run_dir.resolve() == previous_run.resolve()
+    if same_run and resume_from is not None and previous_run is not None:
+        _refuse_overwriting_later_checkpoints(resume_from, previous_run)
     run_dir = create_run_dir(run_dir.parent, run_dir.name, OmegaConf.to_yaml(cfg), resuming=same_run)
     own = [o for o in overrides if not o.startswith("resume=")]
     (run_dir / _OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in own), encoding="utf-8")
@@ -189,6 +191,23 @@ def train(overrides: list[str]) -> int:
         out.write(f"resuming from {resume_from}\n")
     out.flush()
     return _run_with_console(plan, cfg["console"], trainer_fn, resumed_at)
+
+
+def _refuse_overwriting_later_checkpoints(checkpoint: Path, run_dir: Path) -> None:
+    """Resuming an older checkpoint into its own run folder would mix two histories: refuse it.
+
+    Raises:
+        TrainerAppError: ``checkpoint`` is not the folder's latest one.
+    """
+    from trainer.config.exceptions import TrainerAppError
+    from trainer.run_dir import latest_checkpoint
+
+    latest = latest_checkpoint(run_dir)
+    if latest is not None and latest.resolve() != checkpoint.resolve():
+        raise TrainerAppError(
+            f"resume={checkpoint} is not the latest checkpoint of {run_dir} ({latest.name} is); resuming "
+            "into the same folder would overwrite the later ones: add run_name=<new name> to branch off"
+        )
 
 
 _SHAPED = (

@@ -85,7 +85,7 @@ def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy,
     return policy, meta
 
 
-def _env_factory(run_dir: Path, task: str | None) -> MujocoEnvFactory:
+def _env_factory(run_dir: Path | None, task: str | None, checkpoint: Path) -> MujocoEnvFactory:
     """The env of ``task`` (registry), or else of the run folder's saved config."""
     if task is not None:
         try:
@@ -93,10 +93,11 @@ def _env_factory(run_dir: Path, task: str | None) -> MujocoEnvFactory:
         except TaskError as error:
             raise TrainerAppError(str(error)) from None
         return spec.env_factory()
-    saved = run_dir / CONFIG_FILE
-    if not saved.is_file():
+    saved = None if run_dir is None else run_dir / CONFIG_FILE
+    if saved is None or not saved.is_file():
         raise TrainerAppError(
-            f"checkpoint's run folder {str(run_dir)!r} has no {CONFIG_FILE}; pass task=NAME to say which env"
+            f"checkpoint {str(checkpoint)!r} is not in a run folder with a {CONFIG_FILE}; "
+            "pass task=NAME to say which env"
         )
     cfg: Any = OmegaConf.load(saved)
     return MujocoEnvFactory(env_id=cfg["task"]["env_id"], max_episode_steps=cfg["task"]["max_episode_steps"])
@@ -165,7 +166,7 @@ def eval_main(args: list[str]) -> int:
     episodes = parse_int("episodes", options.get("episodes", "10"), 1)
     seed = parse_int("seed", options.get("seed", "0"), 0)
     policy, _ = load_policy(checkpoint, options.get("device", "cpu"))
-    factory = _env_factory(run_dir, options.get("task"))
+    factory = _env_factory(run_dir, options.get("task"), checkpoint)
     result = evaluate(policy, factory, episodes, seed)
     sys.stdout.write(
         f"{factory.env_id} {checkpoint}: mean return {result.mean_return:.2f} "

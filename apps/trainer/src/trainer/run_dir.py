@@ -91,16 +91,20 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def resolve_resume(target: str) -> tuple[Path, Path]:
+def resolve_resume(target: str) -> tuple[Path, Path | None]:
     """Turn ``resume=<run folder or checkpoint>`` into (checkpoint file, run folder it belongs to).
+
+    A checkpoint file outside a run's ``checkpoints/`` folder (a copy, a download) belongs to no run
+    folder: None, and the resumed run gets a new one rather than writing beside that file.
 
     Raises:
         TrainerAppError: The path does not exist, or the run folder holds no checkpoint.
     """
     path = Path(target).expanduser()
     if path.is_file():
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-        return path, run_dir
+        owner = path.parent.parent
+        in_run = path.parent.name == "checkpoints" and (owner / CONFIG_FILE).is_file()
+        return path, owner if in_run else None
     if path.is_dir():
         run_dir = path.parent if path.name == "checkpoints" else path
         latest = latest_checkpoint(run_dir)
