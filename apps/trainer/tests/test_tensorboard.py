@@ -72,15 +72,15 @@ def test_stage_means_come_from_collector_groups_only() -> None:
 
 
 def test_a_resumed_run_hides_the_events_its_last_session_wrote_past_the_checkpoint(tmp_path: Path) -> None:
-    """Resuming at iteration 20 (purge_step): the first session's points from 20 on are gone, no zig-zag."""
+    """Resuming the checkpoint of iteration 20: the first session's points after 20 are gone, no zig-zag."""
     first = TensorBoardReporter(tmp_path)
     for iteration in (10, 20, 30):  # it stopped at 30, its last checkpoint was at 20
         first.report(_snapshot(iteration))
     first.close()
-    second = TensorBoardReporter(tmp_path, purge_step=20)
+    second = TensorBoardReporter(tmp_path, resumed_at=20)
     for iteration in (25, 35):
         second.report(_snapshot(iteration))
     second.close()
     events = EventAccumulator(str(tmp_path))
     events.Reload()
-    assert [e.step for e in events.Scalars("train/qf_loss")] == [10, 25, 35]
+    assert [e.step for e in events.Scalars("train/qf_loss")] == [10, 20, 25, 35]

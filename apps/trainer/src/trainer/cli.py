@@ -276,7 +276,7 @@ def _run_with_console(
     handler = ConsoleLogHandler(console)
     root = logging.getLogger()
     previous_level = root.level
-    tensorboard = TensorBoardReporter(plan.run_dir, purge_step=resumed_at)
+    tensorboard = TensorBoardReporter(plan.run_dir, resumed_at=resumed_at)
     try:
         with console, StopRequest(on_first=console.stop_requested) as stop:
             root.addHandler(handler)

@@ -37,11 +37,13 @@ class TensorBoardReporter:
 
     Args:
         log_dir: Folder of the event files (the run folder).
-        purge_step: Resuming at this iteration: TensorBoard hides the events an earlier session of
-            the run wrote from it on (that session went on past its last checkpoint).
+        resumed_at: The iteration of the checkpoint this session resumes, if any: TensorBoard hides
+            the events an earlier session of the run wrote after it (that session went on past its
+            last checkpoint), and keeps the ones up to it.
     """
 
-    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+    def __init__(self, log_dir: Path, resumed_at: int | None = None) -> None:
+        purge_step = None if resumed_at is None else resumed_at + 1
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def report(self, snapshot: Snapshot) -> None:
