@@ -59,7 +59,9 @@ def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path)
     assert "killed by signal 9" in message and "no traceback" in message
     start = time.monotonic()
     sup.shutdown([["collector0"], ["learner0"]], timeout_s=1.0, before_group=lambda i: None)
-    assert time.monotonic() - start < 6.0
+    # The worst case is join (1 s), terminate and join (2 s), kill and join (2 s): 5 s, plus slack for
+    # a loaded machine.
+    assert time.monotonic() - start < 10.0
     assert sup.alive() == []
     sup.shutdown([["learner0"]], timeout_s=1.0, before_group=lambda i: None)  # idempotent
 
