@@ -156,12 +156,11 @@ class Learner:
     def _train(self, decision: Decision) -> None:
         for chunk in split_chunks(decision.run_updates, self.settings.num_updates):
             self.ingestor.wait_before_sampling()
-            first = not self._trained
-            self._trained = True
-            started = time.perf_counter()
+            started = 0.0 if self._trained else time.perf_counter()
             with self.timer.time("update"), self.device_timer.span():
                 self.last_metrics = self.agent.update(chunk)
-            if first:  # compilation and graph capture happen here: say how long they took
+            if not self._trained:  # compilation and graph capture happen here: say how long they took
+                self._trained = True
                 _log.info(
                     "learner%d: first update chunk (%d updates, compile and capture included) took %.2f s",
                     self.rank, chunk, time.perf_counter() - started,

@@ -71,12 +71,11 @@ class BootTimeline:
         self._name = name
         self._start = self._last = time.perf_counter()
 
-    def mark(self, phase: str) -> float:
-        """Log ``phase`` as done now, with its own duration and the time since start; returns its duration."""
+    def mark(self, phase: str) -> None:
+        """Log ``phase`` as done now, with its own duration and the time since start."""
         now = time.perf_counter()
         took, self._last = now - self._last, now
         _log.info("%s boot: %s in %.2f s (%.2f s since start)", self._name, phase, took, now - self._start)
-        return took
 
 
 def _die_with_parent(parent_pid: int) -> None:
