@@ -1,5 +1,6 @@
 import dataclasses
 import logging
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -148,7 +149,7 @@ def _agent(num_envs: int, *, shared_obs: bool = False) -> FastSACAgent:
 
 @contextmanager
 def _in_process_pair(
-    rings: Rings, *, shared_obs: bool = False
+    rings: Rings, *, shared_obs: bool = False, compile_cpus: tuple[int, ...] | None = None
 ) -> Iterator[tuple[Collector, Learner, list[LearnerSnapshot]]]:
     """One collector (budget 12) and one strict learner over one host ring and one weight channel."""
     ring = rings.make(4, 8, shared_obs=shared_obs)
@@ -170,7 +171,8 @@ def _in_process_pair(
             decider=TrainDecider(SoloCollective(), num_collectors=1, num_updates=2, learning_starts=2,
                                  utd_mode="strict"),
             settings=LearnerSettings(num_updates=2, weight_publish_interval=2, max_ingest_per_iter=4,
-                                     idle_sleep_s=0.0, logging_interval=5, save_interval=0),
+                                     idle_sleep_s=0.0, logging_interval=5, save_interval=0,
+                                     compile_cpus=compile_cpus),
             hooks=LearnerHooks(collector_steps=lambda: collector.steps,
                                collectors_finished=lambda: collector.finished,
                                stop_requested=lambda: False, on_snapshot=snaps.append),
@@ -180,6 +182,33 @@ def _in_process_pair(
     finally:
         channel.close()
         channel.unlink()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to lend one")
+def test_only_the_first_update_chunk_runs_on_the_lent_cpus(rings: Rings) -> None:
+    """The chunk that compiles runs on the learner's and its collectors' CPUs; later chunks on its own."""
+    cpus = sorted(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    try:
+        with _in_process_pair(rings, compile_cpus=(cpus[1],)) as (collector, learner, _):
+            seen: list[set[int]] = []
+            update = learner.agent.update
+
+            def recording_update(num_updates: int) -> dict[str, torch.Tensor]:
+                seen.append(os.sched_getaffinity(0))
+                return update(num_updates)
+
+            learner.agent.update = recording_update  # type: ignore[method-assign]
+            for _ in range(200):
+                collector.step_once()
+                if not learner.run_iteration() or len(seen) >= 3:
+                    break
+        assert len(seen) >= 3
+        assert seen[0] == {cpus[0], cpus[1]} and all(s == {cpus[0]} for s in seen[1:])
+        assert os.sched_getaffinity(0) == {cpus[0]}
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 @pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from fastsac_async.compile_cpus import borrowed_cpus
 from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
 from fastsac_async.device_timing import DeviceSpanTimer
 from fastsac_async.ingest import Ingestor
@@ -44,6 +45,9 @@ class LearnerSettings:
     """gsteps between stats snapshots."""
     save_interval: int
     """gsteps between checkpoints (rank 0; 0 disables periodic checkpoints)."""
+    compile_cpus: tuple[int, ...] | None = None
+    """CPUs lent to the first update chunk, which compiles (its collectors wait meanwhile; Note
+    [compile on borrowed CPUs]); None keeps the learner's own."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,21 +160,32 @@ class Learner:
     def _train(self, decision: Decision) -> None:
         for chunk in split_chunks(decision.run_updates, self.settings.num_updates):
             self.ingestor.wait_before_sampling()
-            started = 0.0 if self._trained else time.perf_counter()
-            with self.timer.time("update"), self.device_timer.span():
-                self.last_metrics = self.agent.update(chunk)
-            if not self._trained:  # compilation and graph capture happen here: say how long they took
-                self._trained = True
-                _log.info(
-                    "learner%d: first update chunk (%d updates, compile and capture included) took %.2f s",
-                    self.rank, chunk, time.perf_counter() - started,
-                )  # fmt: skip
+            if self._trained:
+                with self.timer.time("update"), self.device_timer.span():
+                    self.last_metrics = self.agent.update(chunk)
+            else:
+                self._first_chunk(chunk)
             self.finish_publish()  # the previous snapshot, if the GPU got past it (never waits)
             self.updates += chunk
             self._window_updates += chunk
             if self.cadence.after(chunk):
                 self.publish()
             self._maybe_drain()  # keep the rings moving between chunks (local, no collective)
+
+    def _first_chunk(self, chunk: int) -> None:
+        """The first update chunk, which compiles and captures: on lent CPUs, and say how long it took."""
+        started = time.perf_counter()
+        with (
+            borrowed_cpus(self.settings.compile_cpus) as cpus,
+            self.timer.time("update"),
+            self.device_timer.span(),
+        ):
+            self.last_metrics = self.agent.update(chunk)
+        self._trained = True
+        _log.info(
+            "learner%d: first update chunk (%d updates, compile and capture included) took %.2f s on %d CPUs",
+            self.rank, chunk, time.perf_counter() - started, cpus,
+        )  # fmt: skip
 
     def _maybe_drain(self) -> None:
         """Drain unless strict mode holds the collectors back (Note [strict back-pressure])."""

@@ -57,7 +57,7 @@ from shm_transport import (
     WeightWriter,
 )
 
-__all__ = ["collector_settings", "run_collector", "run_learner"]
+__all__ = ["collector_settings", "compile_cpus", "run_collector", "run_learner"]
 
 _log = logging.getLogger(__name__)
 
@@ -212,6 +212,21 @@ def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Co
     return TorchCollective(device if backend == "nccl" else torch.device("cpu"))
 
 
+def compile_cpus(spec: EngineSpec, rank: int) -> tuple[int, ...] | None:
+    """CPUs learner ``rank`` compiles its first update chunk on: its own and its collectors'.
+
+    None (compile on its own CPUs) unless the learner is pinned and compiles on a GPU (Note
+    [compile on borrowed CPUs]).
+    """
+    place = spec.topology.learners[rank]
+    if place.cpus is None or not place.device.startswith("cuda") or not spec.agent.compile:
+        return None
+    cpus = set(place.cpus)
+    for collector in spec.topology.collectors_of(rank):
+        cpus.update(collector.cpus or ())
+    return tuple(sorted(cpus))
+
+
 def run_learner(
     *,
     name: str,
@@ -322,6 +337,7 @@ def run_learner(
                     idle_sleep_s=spec.options.idle_sleep_s,
                     logging_interval=spec.logging_interval,
                     save_interval=spec.save_interval,
+                    compile_cpus=compile_cpus(spec, rank),
                 ),
                 hooks=LearnerHooks(
                     collector_steps=control.total_collector_steps,
