@@ -113,7 +113,7 @@ def run_collector(
     handshake: StartupHandshake,
     stats_queue: Any,
 ) -> None:
-    """Collector process: bind, build its env shard, receive its slots, warm up, then collect."""
+    """Collector process: bind, build its env shard and policy (warmed up), receive its slots, collect."""
     with (
         worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads),
         _quiet_if_stopped_during_boot(name),
@@ -125,6 +125,23 @@ def run_collector(
         _seed(spec.seed + index)
         env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
         boot.mark(f"env shard of {env.num_envs} envs built")
+        device = torch.device(place.inference_device)
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)
+        compiled = cuda and spec.options.collector_compile
+        policy = InferencePolicy(
+            spec.dims,
+            spec.agent,
+            device=device,
+            compile=compiled,
+            amp=cuda and spec.options.collector_amp,
+        )
+        # Build and warm up (compile) the policy while the learner builds its agent: it needs only the
+        # dims, not the slots, and the learner's weights replace its random ones before release.
+        for _ in range(2):  # warm-up: first calls compile / allocate
+            policy(torch.zeros(env.num_envs, spec.dims.obs_dim))
+        boot.mark(f"policy on {device} built and warmed up (compiled: {compiled})")
         payload = handshake.receive(
             collector_name(index),
             timeout_s=spec.options.boot_timeout_s,
@@ -144,18 +161,6 @@ def run_collector(
         else:
             channel = WeightChannel.attach(payload["weights"])
             reader = HostWeightReader(channel)
-        device = torch.device(place.inference_device)
-        cuda = device.type == "cuda"
-        if cuda:
-            torch.cuda.set_device(device)
-        compiled = cuda and spec.options.collector_compile
-        policy = InferencePolicy(
-            spec.dims,
-            spec.agent,
-            device=device,
-            compile=compiled,
-            amp=cuda and spec.options.collector_amp,
-        )
         collector = Collector(
             settings=collector_settings(spec, index),
             env=env,
@@ -170,10 +175,8 @@ def run_collector(
             on_snapshot=lambda snap: _send(stats_queue, snap),
         )
         try:
-            for _ in range(2):  # warm-up: first calls compile / allocate
-                policy(torch.zeros(env.num_envs, spec.dims.obs_dim))
             collector.poll_weights()
-            boot.mark(f"policy on {device} built and warmed up (compiled: {compiled}), weights loaded")
+            boot.mark("initial weights loaded")
             handshake.report_ready(name)
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
