@@ -1,5 +1,6 @@
 import dataclasses
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,13 +65,40 @@ def test_compile_workers_started_inside_are_gone_after(on_one_cpu: int) -> None:
     from torch._inductor.async_compile import AsyncCompile
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
+    start_method = inductor_config.worker_start_method
     with borrowed_cpus(CPUS[:2]):
         AsyncCompile.warm_pool()  # what inductor's first compile does with more than one compile thread
+        AsyncCompile.use_process_pool()
+        AsyncCompile.wait_pool_ready(timeout=60)
         workers = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-        assert workers, "two compile threads start a compile-worker pool"
+        assert len(workers) >= 3, "a sidecar and its 2 compile workers"
         assert all(set(p.cpu_affinity()) == set(CPUS[:2]) for p in workers), "workers run on the lent CPUs"
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, f"compile workers still running: {[p.pid for p in alive]}"
+    assert inductor_config.worker_start_method == start_method
+
+
+@needs_two_cpus
+def test_threads_started_inside_get_the_lent_cpus_back(on_one_cpu: int) -> None:
+    """A thread born in the window (autograd's device thread) runs on the lent CPUs, then on ours only."""
+    started, release = threading.Event(), threading.Event()
+    seen: list[set[int]] = []
+
+    def run() -> None:
+        seen.append(os.sched_getaffinity(0))
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=run)
+    with borrowed_cpus(CPUS[:2]):
+        thread.start()
+        assert started.wait(10)
+    try:
+        assert seen == [set(CPUS[:2])]
+        assert thread.native_id is not None and os.sched_getaffinity(thread.native_id) == {on_one_cpu}
+    finally:
+        release.set()
+        thread.join(10)
 
 
 def _spec(tmp_path: Path, *, device: str, learner_cpus: tuple[int, ...] | None, compile: bool) -> EngineSpec:

@@ -6,11 +6,18 @@ work on a cold machine, most of it Triton kernel builds that parallelise over wo
 pinned learner owns one or two CPUs, and every worker starts with ``TORCHINDUCTOR_COMPILE_THREADS=1``
 (no pool of extra processes), so it compiles serially. Meanwhile its collectors have nothing to do:
 the learner does not drain while it compiles, so their rings fill within a couple of seconds and
-they wait. :func:`borrowed_cpus` widens the learner thread's CPU affinity to its collectors' CPUs
-for that one chunk and lets inductor use that many compile workers (they are spawned from this
-thread, so they inherit the widened affinity), then shuts the workers down and restores both. On
-the 2×H200 machine a cold compile of the Humanoid update took 60.7 s on 2 CPUs against 35.3 s on 16
-(``wiki/benchmarks.md``, session 6).
+they wait. :func:`borrowed_cpus` widens the calling thread's CPU affinity to its collectors' CPUs
+for that one chunk and lets inductor use that many compile workers. Whatever starts inside inherits
+the wide set: the compile-worker processes, and threads such as the autograd engine's device
+thread, where a backward is compiled at its first call. At the end the workers are shut down and
+every thread of the process is put back on the caller's own CPUs, so nothing born in the window
+keeps the collectors' CPUs. On the 2×H200 machine a cold compile of the Humanoid update took
+60.7 s on 2 CPUs against 35.3 s on 16 (``wiki/benchmarks.md``, session 6).
+
+The window is the first chunk only. A step graph captured after a few warm-up calls (an actor
+updated every ``policy_frequency`` critic updates) may compile or capture a little in the next
+chunk, and a shorter remainder chunk recompiles its batch preparation: both serially, on the
+learner's own CPUs.
 """
 
 from __future__ import annotations
@@ -47,6 +54,14 @@ def borrowed_cpus(cpus: Collection[int] | None) -> Iterator[int]:
         return
     own = os.sched_getaffinity(0)
     wide = own | set(cpus)
+    try:
+        if wide != own:
+            os.sched_setaffinity(0, wide)
+    except OSError as error:  # an optimisation only: compile on the learner's own CPUs instead
+        _log.warning(
+            "cannot run the first compile on CPUs %s (%s); it runs on %s", sorted(wide), error, sorted(own)
+        )
+        wide = own
     if wide == own:
         yield len(own)
         return
@@ -55,7 +70,6 @@ def borrowed_cpus(cpus: Collection[int] | None) -> Iterator[int]:
 
     threads_before = inductor_config.compile_threads
     start_before = inductor_config.worker_start_method
-    os.sched_setaffinity(0, wide)
     inductor_config.compile_threads = min(MAX_COMPILE_WORKERS, len(wide))
     # A daemonic process (every engine worker) may not fork a pool; a subprocess sidecar may.
     inductor_config.worker_start_method = "subprocess"
@@ -68,4 +82,13 @@ def borrowed_cpus(cpus: Collection[int] | None) -> Iterator[int]:
             _log.exception("shutting down inductor's compile workers failed")
         inductor_config.compile_threads = threads_before
         inductor_config.worker_start_method = start_before
-        os.sched_setaffinity(0, own)
+        _pin_every_thread(own)
+
+
+def _pin_every_thread(cpus: set[int]) -> None:
+    """Every thread of this process on ``cpus`` (threads started meanwhile inherited a wider set)."""
+    for task in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue

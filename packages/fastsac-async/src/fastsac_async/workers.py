@@ -123,58 +123,47 @@ def run_collector(
         place = spec.topology.collectors[index]
         _bind(place.cpus, place.numa_node)
         _seed(spec.seed + index)
-        env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
-        boot.mark(f"env shard of {env.num_envs} envs built")
-        device = torch.device(place.inference_device)
-        cuda = device.type == "cuda"
-        if cuda:
-            torch.cuda.set_device(device)
-        compiled = cuda and spec.options.collector_compile
-        policy = InferencePolicy(
-            spec.dims,
-            spec.agent,
-            device=device,
-            compile=compiled,
-            amp=cuda and spec.options.collector_amp,
-        )
-        # Build and warm up (compile) the policy while the learner builds its agent: it needs only the
-        # dims, not the slots, and the learner's weights replace its random ones before release.
-        for _ in range(2):  # warm-up: first calls compile / allocate
-            policy(torch.zeros(env.num_envs, spec.dims.obs_dim))
-        boot.mark(f"policy on {device} built and warmed up (compiled: {compiled})")
-        payload = handshake.receive(
-            collector_name(index),
-            timeout_s=spec.options.boot_timeout_s,
-            should_stop=lambda: control.stop_requested,
-        )
-        boot.mark("ring and weight slots received from the learner")
-        ring: TransitionRing
-        ring = (
-            CudaIpcRing.attach_producer(payload["ring"])
-            if isinstance(payload["ring"], CudaIpcProducerHandle)
-            else HostRing.attach(payload["ring"])
-        )
-        channel: WeightChannel | None = None
-        reader: WeightReader
-        if isinstance(payload["weights"], CudaIpcWeightHandle):
-            reader = CudaIpcWeightReader(payload["weights"])
-        else:
-            channel = WeightChannel.attach(payload["weights"])
-            reader = HostWeightReader(channel)
-        collector = Collector(
-            settings=collector_settings(spec, index),
-            env=env,
-            ring=ring,
-            weights=reader,
-            policy=policy,
-            start_steps=control.collector_steps(index),
-            on_steps=lambda steps: control.set_collector_steps(index, steps),
-            on_gauges=lambda v, lag, fill: control.set_collector_gauges(
-                index, version=v, lag=lag, ring_fill=fill
-            ),
-            on_snapshot=lambda snap: _send(stats_queue, snap),
-        )
-        try:
+        with contextlib.ExitStack() as cleanup:  # on exit, in reverse: ring, weights, channel, env
+            env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
+            cleanup.callback(env.close)
+            boot.mark(f"env shard of {env.num_envs} envs built")
+            # Build and warm up (compile) the policy while the learner builds its agent: it needs only
+            # the dims, not the slots, and the learner's weights replace its random ones before release.
+            policy = _warmed_up_policy(spec, index, env.num_envs, boot)
+            payload = handshake.receive(
+                collector_name(index),
+                timeout_s=spec.options.boot_timeout_s,
+                should_stop=lambda: control.stop_requested,
+            )
+            boot.mark("ring and weight slots received from the learner")
+            reader: WeightReader
+            if isinstance(payload["weights"], CudaIpcWeightHandle):
+                reader = CudaIpcWeightReader(payload["weights"])
+            else:
+                channel = WeightChannel.attach(payload["weights"])
+                cleanup.callback(channel.close)
+                reader = HostWeightReader(channel)
+            cleanup.callback(reader.close)
+            ring: TransitionRing
+            ring = (
+                CudaIpcRing.attach_producer(payload["ring"])
+                if isinstance(payload["ring"], CudaIpcProducerHandle)
+                else HostRing.attach(payload["ring"])
+            )
+            cleanup.callback(ring.close)  # closes first: Note [CUDA-IPC teardown order]
+            collector = Collector(
+                settings=collector_settings(spec, index),
+                env=env,
+                ring=ring,
+                weights=reader,
+                policy=policy,
+                start_steps=control.collector_steps(index),
+                on_steps=lambda steps: control.set_collector_steps(index, steps),
+                on_gauges=lambda v, lag, fill: control.set_collector_gauges(
+                    index, version=v, lag=lag, ring_fill=fill
+                ),
+                on_snapshot=lambda snap: _send(stats_queue, snap),
+            )
             collector.poll_weights()
             boot.mark("initial weights loaded")
             handshake.report_ready(name)
@@ -184,12 +173,22 @@ def run_collector(
             boot.mark("released (every worker ready)")
             collector.run(should_stop=lambda: control.stop_requested)
             _log.info("%s stopped at step %d (version %d)", name, collector.steps, collector.version)
-        finally:
-            ring.close()  # a CUDA-IPC producer closes before its learner (Note [CUDA-IPC teardown order])
-            reader.close()
-            if channel is not None:
-                channel.close()
-            env.close()
+
+
+def _warmed_up_policy(spec: EngineSpec, index: int, num_envs: int, boot: BootTimeline) -> InferencePolicy:
+    """Collector ``index``'s policy on its inference device, called twice (compiled there on CUDA)."""
+    device = torch.device(spec.topology.collectors[index].inference_device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
+    compiled = cuda and spec.options.collector_compile
+    policy = InferencePolicy(
+        spec.dims, spec.agent, device=device, compile=compiled, amp=cuda and spec.options.collector_amp
+    )
+    for _ in range(2):  # warm-up: first calls compile / allocate
+        policy(torch.zeros(num_envs, spec.dims.obs_dim))
+    boot.mark(f"policy on {device} built and warmed up (compiled: {compiled})")
+    return policy
 
 
 def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Collective:
