@@ -5,6 +5,7 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
        [--seconds 20] [--learner-seconds 10] [--task Humanoid-v5] [--device cuda]
        [--parts scaling ceiling learner inference] [--no-ceiling] [--shared-cpus]
        [--bare-sleep-ms 0] [--bare-spin-ms 0] [--bare-bind] [--bare-load] [--bare-collector]
+       [--bare-remote-reader]
        [--collector-spin-ms 0]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
@@ -22,7 +23,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   and ``--bare-load`` give the bare processes one condition of a collector each (idling after each
   step, numa_bind's CPU and memory binding, busy learner CPUs), and ``--bare-collector`` steps them
   through a real ``Collector`` pushing into its own ring (read back in the same process), to find what
-  slows a collector's step. Every row also says where the stepping processes' wall time went: on
+  slows a collector's step (``--bare-remote-reader``: into a production-sized ring that one other
+  process on the learner's CPUs drains, copying every slot out: a learner's drain alone). Every row also says where the stepping processes' wall time went: on
   their CPU, runnable but waiting for it (``runq``: another thread of this machine had it) and the
   CPU's ``steal`` (the hypervisor gave it to someone else).
   ``--collector-spin-ms`` has a collector facing a full ring poll it that long before each back-off
@@ -255,6 +257,10 @@ def main() -> None:
         help="ceiling processes step through a real Collector and its own ring (no other process)",
     )  # fmt: skip
     parser.add_argument(
+        "--bare-remote-reader", action="store_true",
+        help="ceiling processes step through a real Collector whose ring a reader process drains",
+    )  # fmt: skip
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads of the learner/inference parts (workers use 1)"
     )
     args = parser.parse_args()
@@ -262,7 +268,7 @@ def main() -> None:
     print(f"machine: {_machine()}, {args.threads} torch thread(s) in this process")
     conditions = BareConditions(
         sleep_ms=args.bare_sleep_ms, spin_ms=args.bare_spin_ms, bind=args.bare_bind, load=args.bare_load,
-        collector=args.bare_collector,
+        collector=args.bare_collector, remote_reader=args.bare_remote_reader,
     )  # fmt: skip
     per = args.envs_per_collector
     if "scaling" in args.parts:

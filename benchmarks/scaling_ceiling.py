@@ -21,13 +21,13 @@ from multiprocessing.synchronize import Event as EventType
 import psutil  # type: ignore[import-untyped]
 import torch
 
-from fastsac_async import Collector, CollectorSettings
+from fastsac_async import AsyncOptions, Collector, CollectorSettings
 from fastsac_async.spec import ring_layout
 from fastsac_core import BatchedEnv, FastSACConfig, InferencePolicy
 from numa_bind import bind_current_process, discover_host
-from shm_transport import HostRing
+from shm_transport import HostRing, HostRingHandle
 from topology import TrainerTopology, resolve_trainer_topology
-from trainer.tasks import MujocoEnvFactory
+from trainer.tasks import MujocoEnvFactory, probe_dims
 
 
 def pinned_topology(envs: int, collectors: int, device: str, shared: bool = False) -> TrainerTopology:
@@ -159,11 +159,14 @@ class BareConditions:
     """Keep the learner's CPUs busy meanwhile (one spinning process on each)."""
     collector: bool = False
     """Step through a real :class:`Collector` (its own ring, read back in the same process)."""
+    remote_reader: bool = False
+    """Step through a real :class:`Collector` whose ring (production capacity) another process reads:
+    one reader on the learner's CPUs copies every slot out, as a learner's host drain does."""
 
 
 def _bare_steps(
     task: str, envs: int, cpus: tuple[int, ...] | None, node: int | None, seconds: float,
-    cond: BareConditions, out: mp.Queue[tuple[float, float, CpuShares]],
+    cond: BareConditions, out: mp.Queue[tuple[float, float, CpuShares]], ring: HostRingHandle | None = None,
 ) -> None:  # fmt: skip
     """One ceiling process: step ``envs`` envs with random actions under ``cond``.
 
@@ -175,7 +178,7 @@ def _bare_steps(
         os.sched_setaffinity(0, cpus)
     torch.set_num_threads(1)
     env = MujocoEnvFactory(env_id=task)(envs, 0)
-    step = _collector_step(env) if cond.collector else _plain_step(env)
+    step = _collector_step(env, ring) if cond.collector or ring is not None else _plain_step(env)
     start = time.perf_counter()
     measured_from, steps, in_step = start + seconds / 3, 0, 0.0
     mine = sorted(os.sched_getaffinity(0))
@@ -210,14 +213,19 @@ def _plain_step(env: BatchedEnv) -> Callable[[], float]:
     return step
 
 
-def _collector_step(env: BatchedEnv) -> Callable[[], float]:
-    """A real :class:`Collector` step (random actions, push into its own ring, read back); ms in env.step.
+def _collector_step(env: BatchedEnv, remote: HostRingHandle | None = None) -> Callable[[], float]:
+    """A real :class:`Collector` step (random actions, one pushed slot); returns ms in env.step.
 
-    Everything a pipeline collector does in its own thread, without any other process.
+    Without ``remote`` the collector's ring is its own, read back right after each push: everything a
+    pipeline collector does in its own thread, without any other process. With it, the collector
+    pushes into that ring, which another process reads (waiting, as a collector does, while it is full).
     """
     dims = env.dims
-    ring = HostRing.create(ring_layout(dims, env.num_envs), 8)
-    ring.unlink()  # only this process maps it: no name to leak
+    if remote is None:
+        ring = HostRing.create(ring_layout(dims, env.num_envs), 8)
+        ring.unlink()  # only this process maps it: no name to leak
+    else:
+        ring = HostRing.attach(remote)
     settings = CollectorSettings(
         index=0, budget=10**12, learning_starts=10**12, resume=False, weight_poll_interval=1,
         idle_sleep_s=5e-4, stats_interval=10**9,
@@ -228,11 +236,41 @@ def _collector_step(env: BatchedEnv) -> Callable[[], float]:
 
     def step() -> float:
         before = collector.timer.total_s("env_step")
-        assert collector.step_once(), "the ring is read back after every push"
-        ring.commit_reads(ring.read_span(8)[0])
+        if remote is None:
+            assert collector.step_once(), "the ring is read back after every push"
+            ring.commit_reads(ring.read_span(8)[0])
+        else:
+            while not collector.step_once():
+                pass
         return 1e3 * (collector.timer.total_s("env_step") - before)
 
     return step
+
+
+def _read_rings(handles: list[HostRingHandle], cpus: tuple[int, ...] | None, stop: EventType) -> None:
+    """A learner's host drain without the learner: copy every new slot of every ring out, then commit."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(1)
+    rings = [HostRing.attach(h) for h in handles]
+    sinks: dict[str, torch.Tensor] = {}
+    try:
+        while not stop.is_set():
+            took = 0
+            for ring in rings:
+                count, views = ring.read_span(8)
+                for name, view in views.items():
+                    sink = sinks.setdefault(name, torch.empty_like(view))
+                    if sink.shape != view.shape:
+                        sink = sinks[name] = torch.empty_like(view)
+                    sink.copy_(view)
+                ring.commit_reads(count)
+                took += count
+            if not took:
+                time.sleep(5e-4)  # a learner's idle sleep
+    finally:
+        for ring in rings:
+            ring.close()
 
 
 def _spin(cpu: int, stop: EventType) -> None:
@@ -251,15 +289,28 @@ def ceiling(
     ctx = mp.get_context("spawn")
     out: mp.Queue[tuple[float, float, CpuShares]] = ctx.Queue()
     stop = ctx.Event()
+    rings = (
+        [HostRing.create(ring_layout(probe_dims(MujocoEnvFactory(env_id=task)), envs // collectors),
+                         AsyncOptions().ring_capacity) for _ in topology.collectors]
+        if cond.remote_reader else []
+    )  # fmt: skip
     stepping = [
-        ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus,
-                                              p.numa_node, seconds, cond, out), daemon=True)
-        for p in topology.collectors
+        ctx.Process(target=_bare_steps, args=(task, envs // collectors, p.cpus, p.numa_node, seconds, cond,
+                                              out, rings[i].handle if rings else None), daemon=True)
+        for i, p in enumerate(topology.collectors)
     ]  # fmt: skip
     spinning = [
         ctx.Process(target=_spin, args=(c, stop), daemon=True)
         for c in (topology.learners[0].cpus or () if cond.load else ())
     ]
+    if rings:
+        spinning.append(
+            ctx.Process(
+                target=_read_rings,
+                args=([r.handle for r in rings], topology.learners[0].cpus, stop),
+                daemon=True,
+            )
+        )
     results: list[tuple[float, float, CpuShares]] = []
     try:
         for proc in stepping + spinning:
@@ -283,3 +334,6 @@ def ceiling(
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)
+        for ring in rings:
+            ring.close()
+            ring.unlink()
