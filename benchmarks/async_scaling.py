@@ -24,9 +24,10 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   step, numa_bind's CPU and memory binding, busy learner CPUs), and ``--bare-collector`` steps them
   through a real ``Collector`` pushing into its own ring (read back in the same process), to find what
   slows a collector's step (``--bare-remote-reader``: into a production-sized ring that one other
-  process on the learner's CPUs drains, copying every slot out: a learner's drain alone). Every row also says where the stepping processes' wall time went: on
-  their CPU, runnable but waiting for it (``runq``: another thread of this machine had it) and the
-  CPU's ``steal`` (the hypervisor gave it to someone else).
+  process on the learner's CPUs drains, copying every slot out: a learner's drain alone). Every row
+  also says where the stepping processes' wall time went: on their CPU, runnable but waiting for it
+  (``runq``: another thread of this machine had it) and the CPU's ``steal`` (the hypervisor gave it
+  to someone else).
   ``--collector-spin-ms`` has a collector facing a full ring poll it that long before each back-off
   sleep (``collector_spin_s``; ``--bare-spin-ms`` is its bare counterpart to ``--bare-sleep-ms``).
   ``--shared-cpus`` lets every collector (and bare process) run on any of the collectors' CPUs instead
