@@ -116,7 +116,7 @@ def test_extend_batch_equals_repeated_extend_across_the_wrap() -> None:
             one.extend(*(h[key][t] for key in keys))
         many.extend_batch(*(h[key][start : start + k] for key in keys))
         start += k
-        assert len(one) == len(many) and one._written == many._written
+        assert len(one) == len(many) and one.written == many.written
         for key in keys:
             assert getattr(one, key).numpy().tobytes() == getattr(many, key).numpy().tobytes(), key
 
@@ -189,3 +189,81 @@ def test_critic_observation_mismatches_are_named() -> None:
     shared.extend_batch(h["obs"], None, h["actions"], h["rewards"], h["dones"], h["truncations"])
     with pytest.raises(ReplayBufferError, match=r"no \['critic_obs'\]"):
         own.load_state_dict(shared.state_dict())
+
+
+FIELDS = ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
+
+
+def _block_steps(h: dict[str, torch.Tensor], lo: int, hi: int, envs: slice) -> list[torch.Tensor]:
+    return [h[k][lo:hi, envs] for k in FIELDS]
+
+
+@pytest.mark.parametrize(("capacity", "n_steps"), [(32, 1), (32, 3), (7, 3)])
+def test_blocks_written_to_different_counts_sample_each_env_from_its_own_steps(
+    capacity: int, n_steps: int
+) -> None:
+    """Ragged blocks: each env samples only its own complete steps, n-step targets exact, all covered."""
+    num_envs, gamma, steps = 3, 0.9, (23, 12)  # block 0 (env 0) ahead of block 1 (envs 1-2)
+    h = _history(max(steps), num_envs, seed=capacity + n_steps)
+    buf = ReplayBuffer(num_envs, capacity, 3, 6, 2, n_steps=n_steps, gamma=gamma, blocks=(1, 2))
+    for lo in range(0, max(steps), 5):  # interleaved, in uneven chunks
+        for block, envs in ((0, slice(0, 1)), (1, slice(1, 3))):
+            hi = min(lo + 5, steps[block])
+            if lo < hi:
+                buf.extend_block(block, *_block_steps(h, lo, hi, envs))
+    assert buf.block_written == steps and buf.written == min(steps) and len(buf) == min(*steps, capacity)
+    batch = buf.sample(400)
+    seen = set()
+    for row in range(batch.obs.shape[0]):
+        s, e = int(batch.obs[row, 0]), int(batch.obs[row, 1])
+        written = steps[0 if e == 0 else 1]
+        assert row % num_envs == e
+        assert written - min(written, capacity) <= s <= written - 2
+        seen.add((s, e))
+        want = _expected(h, s, e, n_steps, gamma, written)
+        assert float(batch.next_obs[row, 0]) == want["next_step"]
+        assert float(batch.rewards[row]) == pytest.approx(want["rewards"], abs=1e-5)
+        assert float(batch.discount[row]) == pytest.approx(want["discount"], rel=1e-6)
+        assert (float(batch.bootstrap[row]), float(batch.valid[row])) == (want["bootstrap"], want["valid"])
+    per_env = [min(steps[0 if e == 0 else 1], capacity) - 1 for e in range(num_envs)]
+    assert len(seen) == sum(per_env)
+
+
+def test_blocks_written_alike_equal_one_batch_write_byte_for_byte() -> None:
+    """extend_block of every block to the same count leaves exactly what extend_batch leaves (NaNs too)."""
+    h = _history(11, 5, seed=3)
+    whole = ReplayBuffer(5, 7, 3, 6, 2)
+    parts = ReplayBuffer(5, 7, 3, 6, 2, blocks=(2, 3))
+    whole.extend_batch(*(h[k][:11] for k in FIELDS))
+    parts.extend_block(1, *_block_steps(h, 0, 4, slice(2, 5)))
+    parts.extend_block(0, *_block_steps(h, 0, 11, slice(0, 2)))
+    parts.extend_block(1, *_block_steps(h, 4, 11, slice(2, 5)))
+    for name in ("obs", "critic_obs", "actions", "rewards", "dones", "truncations"):
+        torch.testing.assert_close(getattr(parts, name), getattr(whole, name), equal_nan=True, rtol=0, atol=0)
+    assert parts.block_written == (11, 11) and parts.written == whole.written == 11
+    parts.extend_batch(*(h[k][:2] for k in FIELDS))  # equal counts again: a batch write is allowed
+    assert parts.block_written == (13, 13)
+
+
+def test_block_errors_and_state_name_the_problem() -> None:
+    """Bad widths, a batch write over uneven blocks, a bad block index; block counts survive a round trip."""
+    with pytest.raises(ReplayBufferError, match=r"blocks=\[1, 2\] for num_envs=4"):
+        ReplayBuffer(4, 8, 3, 6, 2, blocks=(1, 2))
+    buf = ReplayBuffer(3, 8, 3, 6, 2, blocks=(1, 2))
+    h = _history(4, 3, seed=1)
+    buf.extend_block(0, *_block_steps(h, 0, 4, slice(0, 1)))
+    with pytest.raises(ReplayBufferError, match="write each block with extend_block"):
+        buf.extend_batch(*(h[k][:1] for k in FIELDS))
+    with pytest.raises(ReplayBufferError, match="block=2"):
+        buf.extend_block(2, *_block_steps(h, 0, 1, slice(0, 1)))
+    with pytest.raises(ReplayBufferError, match="expected"):
+        buf.extend_block(1, *_block_steps(h, 0, 1, slice(0, 1)))  # block 1 is 2 envs wide
+    buf.extend_block(1, *_block_steps(h, 0, 2, slice(1, 3)))
+    state = buf.state_dict()
+    again = ReplayBuffer(3, 8, 3, 6, 2, blocks=(1, 2))
+    again.load_state_dict(state)
+    assert again.block_written == (4, 2) and again.num_stored == 4 + 2 * 2
+    assert not again.sample(8).obs.isnan().any(), "samples come only from written steps"
+    del state["block_written"]  # a state saved before blocks existed: every block at "written"
+    again.load_state_dict(state)
+    assert again.block_written == (2, 2)

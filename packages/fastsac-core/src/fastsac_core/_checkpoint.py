@@ -81,7 +81,7 @@ def save_checkpoint(
         "format": FORMAT,
         "dims": dataclasses.asdict(agent.dims),
         "config": dataclasses.asdict(agent.cfg),
-        "counters": {"update_idx": agent.update_idx, "buffer_written": agent.buffer._written},
+        "counters": {"update_idx": agent.update_idx, "buffer_written": agent.buffer.written},
         "agent": agent.state_dict(include_buffer=include_buffer),
         "rng": _rng_state(),
         "extra": extra or {},

@@ -3,8 +3,12 @@
 # Note [replay layout]
 # Storage is slot-major, ``(capacity, num_envs, ...)``: one env step of all envs is one contiguous
 # row, so ``extend`` is one copy per field and ``extend_batch`` (k steps) is at most two (split at the
-# wrap). All envs are written in lockstep, so one host-side counter ``_written`` (steps ever written)
-# locates every slot; the chronological step s lives in slot ``s % capacity``.
+# wrap). The envs form ``blocks`` of consecutive envs (one by default; one per collector when a
+# learner ingests each collector's steps as they come), and each block has a host-side count of the
+# steps ever written to its envs: the chronological step s of an env lives in slot ``s % capacity``.
+# ``extend_batch`` writes every env at once (all blocks at the same count); ``extend_block`` writes one
+# block's columns at its own count. While the counts differ, ``sample`` draws each env's start step
+# from its own block's range (ragged ingest: wiki/async-engine.md, known limits).
 #
 # next_obs is not stored. Envs auto-reset, so the obs written at step s+1 is the obs that followed
 # step s -- except after an episode end, where it is the reset obs of the next episode:
@@ -103,6 +107,7 @@ class ReplayBuffer:
         device: Where the storage (and sampled batches) live: CPU or CUDA.
         n_steps: n of the n-step return.
         gamma: Discount factor.
+        blocks: Widths of the env blocks, in env order (they sum to ``num_envs``); None is one block.
     """
 
     def __init__(
@@ -115,7 +120,13 @@ class ReplayBuffer:
         device: torch.device | str = "cpu",
         n_steps: int = 1,
         gamma: float = 0.99,
+        blocks: Sequence[int] | None = None,
     ) -> None:
+        widths = (num_envs,) if blocks is None else tuple(int(b) for b in blocks)
+        if not widths or min(widths) < 1 or sum(widths) != num_envs:
+            raise ReplayBufferError(
+                f"blocks={list(widths)} for num_envs={num_envs}; give positive widths that sum to num_envs"
+            )
         if capacity_per_env < 2:
             raise ReplayBufferError(
                 f"capacity_per_env={capacity_per_env} holds no complete transition; use at least 2"
@@ -141,7 +152,11 @@ class ReplayBuffer:
         self.rewards = floats()
         self.dones = torch.zeros(c, n, dtype=torch.bool, device=self.device)
         self.truncations = torch.zeros(c, n, dtype=torch.bool, device=self.device)
-        self._written = 0
+        self.blocks = widths
+        """Widths of the env blocks, in env order."""
+        self._block_starts = tuple(sum(widths[:i]) for i in range(len(widths)))
+        self._block_written = [0] * len(widths)
+        self._env_written: Tensor | None = None  # per env, on the device; rebuilt after a write
         self._fields = tuple(
             name
             for name in ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
@@ -186,6 +201,45 @@ class ReplayBuffer:
         A buffer whose critic observes ``obs`` (``shared_obs``) ignores ``critic_obs`` (None, or the
         obs again); any other buffer needs it.
         """
+        if len(set(self._block_written)) > 1:
+            raise ReplayBufferError(
+                f"extend_batch writes every env at one step, but the env blocks hold {self._block_written} "
+                "steps; write each block with extend_block"
+            )
+        values = self._values(obs, critic_obs, actions, rewards, dones, truncations, self.num_envs)
+        k = self._write(slice(None), values, self._block_written[0])
+        self._block_written = [w + k for w in self._block_written]
+        self._env_written = None
+
+    def extend_block(
+        self,
+        block: int,
+        obs: Tensor,
+        critic_obs: Tensor | None,
+        actions: Tensor,
+        rewards: Tensor,
+        dones: Tensor,
+        truncations: Tensor,
+    ) -> None:
+        """Write k consecutive steps of env block ``block`` alone (tensors ``(k, width, ...)``).
+
+        The block's envs continue at their own count, whatever the other blocks hold; see
+        ``extend_batch`` for ``critic_obs``.
+        """
+        if not 0 <= block < len(self.blocks):
+            raise ReplayBufferError(f"block={block}; this buffer has blocks 0..{len(self.blocks) - 1}")
+        width, start = self.blocks[block], self._block_starts[block]
+        values = self._values(obs, critic_obs, actions, rewards, dones, truncations, width)
+        self._block_written[block] += self._write(
+            slice(start, start + width), values, self._block_written[block]
+        )
+        self._env_written = None
+
+    def _values(
+        self, obs: Tensor, critic_obs: Tensor | None, actions: Tensor, rewards: Tensor, dones: Tensor,
+        truncations: Tensor, width: int,
+    ) -> tuple[Tensor, ...]:  # fmt: skip
+        """The stored fields' values, shape-checked for ``width`` envs."""
         if self.shared_obs:
             values: tuple[Tensor, ...] = (obs, actions, rewards, dones, truncations)
         elif critic_obs is None:
@@ -197,32 +251,47 @@ class ReplayBuffer:
             values = (obs, critic_obs, actions, rewards, dones, truncations)
         k = obs.shape[0]
         for name, value in zip(self._fields, values, strict=True):
-            expected = (k, *getattr(self, name).shape[1:])
+            expected = (k, width, *getattr(self, name).shape[2:])
             if tuple(value.shape) != expected:
                 raise ReplayBufferError(f"{name} has shape {tuple(value.shape)}; expected {expected}")
-        if k > self.capacity:  # only the newest `capacity` steps survive
-            values = tuple(v[k - self.capacity :] for v in values)
-            self._written += k - self.capacity
-            k = self.capacity
-        start = self._written % self.capacity
-        first = min(k, self.capacity - start)
+        return values
+
+    def _write(self, columns: slice, values: tuple[Tensor, ...], written: int) -> int:
+        """Copy k steps into ``columns`` after the ``written`` steps there; returns k (all counted)."""
+        k = values[0].shape[0]
+        skip = max(0, k - self.capacity)  # only the newest `capacity` steps survive
+        if skip:
+            values = tuple(v[skip:] for v in values)
+        kept = k - skip
+        start = (written + skip) % self.capacity
+        first = min(kept, self.capacity - start)
         for name, value in zip(self._fields, values, strict=True):
-            storage: Tensor = getattr(self, name)
+            storage: Tensor = getattr(self, name)[:, columns]
             storage[start : start + first].copy_(value[:first], non_blocking=True)
-            if first < k:
-                storage[: k - first].copy_(value[first:], non_blocking=True)
-        self._written += k
+            if first < kept:
+                storage[: kept - first].copy_(value[first:], non_blocking=True)
+        return k
 
     # ---------------------------------------------------------------- reading
 
     def __len__(self) -> int:
-        """Steps stored per env (at most the capacity)."""
-        return min(self._written, self.capacity)
+        """Steps stored per env (at most the capacity; the fewest of any block)."""
+        return min(self.written, self.capacity)
+
+    @property
+    def written(self) -> int:
+        """Steps ever written to every env (the fewest of any block)."""
+        return min(self._block_written)
+
+    @property
+    def block_written(self) -> tuple[int, ...]:
+        """Steps ever written to each block's envs."""
+        return tuple(self._block_written)
 
     @property
     def num_stored(self) -> int:
         """Transitions stored over all envs."""
-        return len(self) * self.num_envs
+        return sum(min(w, self.capacity) * n for w, n in zip(self._block_written, self.blocks, strict=True))
 
     @property
     def num_complete(self) -> int:
@@ -241,16 +310,26 @@ class ReplayBuffer:
                 f"sample() needs a complete transition; the buffer has {len(self)} step(s) per env"
                 " (write at least 2 steps first)"
             )
-        n, w, cap = self.num_envs, self._written, self.capacity
-        oldest = w - len(self)
-        step = oldest + torch.randint(0, self.num_complete, (batch_per_env, n), device=self.device)
+        n, cap = self.num_envs, self.capacity
+        newest: int | Tensor  # steps written, per env where the blocks differ
+        if len(set(self._block_written)) == 1:
+            newest = self._block_written[0]
+            oldest = newest - len(self)
+            step = oldest + torch.randint(0, self.num_complete, (batch_per_env, n), device=self.device)
+        else:
+            written = self._written_per_env()
+            stored = written.clamp(max=cap)
+            complete = stored - 1
+            offset = (torch.rand((batch_per_env, n), device=self.device) * complete).long()
+            step = written - stored + torch.minimum(offset, complete - 1)
+            newest = written.view(1, n, 1)
         env = self._env_index.expand(batch_per_env, n)
 
         # Window of up to n steps: (batch_per_env, num_envs, n_steps).
         window = step.unsqueeze(-1) + self._step_powers
         slots = window % cap
         env3 = env.unsqueeze(-1).expand_as(slots)
-        available = window <= w - 2
+        available = window <= newest - 2
         done = self.dones[slots, env3] & available
         cut = self.truncations[slots, env3] & ~self.dones[slots, env3] & available
         stop = done | cut
@@ -287,12 +366,21 @@ class ReplayBuffer:
             valid=rows(valid.float()),
         )
 
+    def _written_per_env(self) -> Tensor:
+        """``(num_envs,)`` steps written to each env, on the buffer's device (cached until a write)."""
+        if self._env_written is None:
+            counts = torch.tensor(self._block_written, dtype=torch.long)
+            widths = torch.tensor(self.blocks, dtype=torch.long)
+            self._env_written = counts.repeat_interleave(widths).to(self.device)
+        return self._env_written
+
     # ---------------------------------------------------------------- state
 
     def state_dict(self, include_data: bool = True) -> dict[str, Any]:
         """Counters, and the raw storage (moved to CPU) when ``include_data``."""
         state: dict[str, Any] = {
-            "written": self._written,
+            "written": self.written,
+            "block_written": list(self._block_written),
             "num_envs": self.num_envs,
             "capacity": self.capacity,
         }
@@ -308,8 +396,9 @@ class ReplayBuffer:
                 f" this buffer has num_envs={self.num_envs}, capacity={self.capacity};"
                 " build the buffer with the same sizes"
             )
+        self._env_written = None
         if "data" not in state:
-            self._written = 0
+            self._block_written = [0] * len(self.blocks)
             return
         missing = [name for name in self._fields if name not in state["data"]]
         if missing:
@@ -326,4 +415,7 @@ class ReplayBuffer:
                     f" {tuple(target.shape)} here"
                 )
             target.copy_(source)
-        self._written = int(state["written"])
+        counts = state.get("block_written")
+        if counts is None or len(counts) != len(self.blocks):  # saved before blocks, or with other blocks
+            counts = [int(state["written"])] * len(self.blocks)
+        self._block_written = [int(c) for c in counts]
