@@ -78,9 +78,12 @@ def _storage(buffer: ReplayBuffer) -> list[torch.Tensor]:
     return [buffer.obs, buffer.critic_obs, buffer.actions, buffer.rewards, buffer.dones, buffer.truncations]
 
 
+@pytest.mark.parametrize("ragged", [False, True], ids=["generations", "ragged"])
 @pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
-def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(rings: Rings, shared_obs: bool) -> None:
-    """Three 2-env rings merged by generation leave byte-identical replay contents to one 6-env ring."""
+def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(
+    rings: Rings, shared_obs: bool, ragged: bool
+) -> None:
+    """Three 2-env rings, merged by generation or ingested per block, leave one 6-env ring's bytes."""
     steps, shards = 20, 3
     full_env = FakeBatchedEnv(6, seed=0, shared_obs=shared_obs)
     full_ring = rings.make(6, 32, shared_obs=shared_obs)
@@ -88,7 +91,9 @@ def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(rings: Rings, 
     # The same envs split into blocks: env block i of the full env == shard i (obs encode env index).
     shard_rings = [rings.make(2, 8, shared_obs=shared_obs) for _ in range(shards)]
     one = Ingestor([full_ring], _buffer(6, shared_obs=shared_obs), max_ingest_per_iter=5)
-    many = Ingestor(shard_rings, _buffer(6, shared_obs=shared_obs), max_ingest_per_iter=3)
+    blocks = (2, 2, 2) if ragged else None
+    many_buffer = ReplayBuffer(6, 64, OBS, None if shared_obs else OBS + 1, ACT, blocks=blocks)
+    many = Ingestor(shard_rings, many_buffer, max_ingest_per_iter=3, ragged=ragged)
     while one.drain():
         pass
     # Shards: replay the full ring's slots into the shard rings, interleaved unevenly.
@@ -122,6 +127,28 @@ def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(rings: Rings, 
     assert one.generations == many.generations == steps
     for a, b in zip(_storage(one.buffer), _storage(many.buffer), strict=True):
         assert torch.equal(a.nan_to_num(-7.0), b.nan_to_num(-7.0))
+
+
+def test_ragged_ingest_never_holds_a_fast_ring_for_a_stalled_one(rings: Rings) -> None:
+    """Ragged: the fast rings are emptied into their own blocks; the silent ring's block just waits."""
+    fast, slow = [rings.make(2, 4) for _ in range(2)], rings.make(2, 4)
+    buffer = ReplayBuffer(6, 64, OBS, OBS + 1, ACT, blocks=(2, 2, 2))
+    ing = Ingestor([fast[0], slow, fast[1]], buffer, max_ingest_per_iter=8, ragged=True)
+    envs = [FakeBatchedEnv(2, seed=s) for s in range(3)]
+    for env, ring in zip([envs[0], envs[2]], fast, strict=True):
+        _push_steps(env, ring, 4)
+    assert ing.drain() == 0, "no env gained a step while the silent block has none"
+    assert all(r.size() == 0 for r in fast), "the fast rings' slots are committed at once"
+    assert buffer.block_written == (4, 0, 4) and ing.held() == 0
+    _push_steps(envs[1], slow, 3)
+    assert ing.drain() == 3 and buffer.block_written == (4, 3, 4)
+    assert buffer.obs[2, 2:4, 0].tolist() == [1.0, 1.0], "the slow ring's shard sits in env block 1"
+
+
+def test_ragged_ingest_needs_one_block_per_ring(rings: Rings) -> None:
+    """A buffer whose blocks do not match the rings is refused, naming both."""
+    with pytest.raises(ValueError, match=r"one env block per ring, \[2, 2\]; it has blocks \[4\]"):
+        Ingestor([rings.make(2, 4), rings.make(2, 4)], _buffer(4), max_ingest_per_iter=4, ragged=True)
 
 
 def test_a_stalled_ring_delays_only_its_generations(rings: Rings) -> None:

@@ -17,6 +17,14 @@ data was copied out of the ring:
   writing the replay storage, so an in-flight sample never reads a slot being overwritten;
 * CUDA learner, CUDA-IPC rings: device-to-device copies on the compute stream; ``commit_reads``
   records its event after them (the ring publishes the cursor once that event completed).
+
+# Note [ragged ingest]
+With ``ragged=True`` nothing is assembled: each ring's new slots go straight to its collector's env
+block of the replay buffer (``ReplayBuffer.extend_block``), which keeps a write count per block, and
+are committed as above (host rings on a CUDA learner through two pinned buffers of their own). A slow
+collector then delays only its own envs' data, and the fast collectors never wait for it; sampling
+draws each env's steps from its own block's range. While every block holds the same count the buffer
+is byte-identical to generation mode.
 """
 
 from __future__ import annotations
@@ -84,6 +92,14 @@ def _staging(
     }
 
 
+def _extend_block(buffer: ReplayBuffer, block: int, fields: Shard) -> None:
+    """One ``extend_block`` from a field dict (``critic_obs`` absent: the buffer shares ``obs``)."""
+    buffer.extend_block(
+        block, fields["obs"], fields.get("critic_obs"), fields["actions"], fields["rewards"], fields["dones"],
+        fields["truncations"],
+    )  # fmt: skip
+
+
 def _extend(buffer: ReplayBuffer, fields: Shard) -> None:
     """One ``extend_batch`` from a field dict (``critic_obs`` absent: the buffer shares ``obs``)."""
     buffer.extend_batch(
@@ -99,10 +115,17 @@ class Ingestor:
         rings: The learner's rings, in collector order.
         buffer: The learner's replay buffer (its ``num_envs`` is the sum of the rings' envs).
         max_ingest_per_iter: Slots taken per ring per drain.
+        ragged: Ingest each ring's slots into its own env block as they come, instead of assembling
+            generations (the buffer has one block per ring; Note [ragged ingest]).
     """
 
     def __init__(
-        self, rings: Sequence[TransitionRing], buffer: ReplayBuffer, max_ingest_per_iter: int
+        self,
+        rings: Sequence[TransitionRing],
+        buffer: ReplayBuffer,
+        max_ingest_per_iter: int,
+        *,
+        ragged: bool = False,
     ) -> None:
         self.readers = [RingReader(r) for r in rings]
         self.buffer = buffer
@@ -121,6 +144,12 @@ class Ingestor:
             )
         self._widths = [layout.num_envs for layout in layouts]
         self._offsets = [sum(self._widths[:i]) for i in range(len(layouts))]
+        self.ragged = ragged
+        if ragged and buffer.blocks != tuple(self._widths):
+            raise ValueError(
+                f"ragged ingest needs a replay buffer with one env block per ring, {self._widths}; it has "
+                f"blocks {list(buffer.blocks)} (build the agent with its collectors' env counts as blocks)"
+            )
         self._device = buffer.device
         self._cuda = self._device.type == "cuda"
         self._single = len(rings) == 1
@@ -134,15 +163,37 @@ class Ingestor:
         """Generations ingested so far."""
         cap = max(r.capacity for r in rings)
         host_rings = any(not isinstance(r, CudaIpcRing) for r in rings)
+        # Ragged ingest stages each host ring on its own: two pinned buffers per ring, alternating.
+        self._ring_staging: list[list[dict[str, Tensor]]] = []
+        self._ring_events: list[list[Any]] = []
+        self._ring_next = [0] * len(rings)
         if self._cuda and host_rings:
             self._copy_stream = torch.cuda.Stream(device=self._device)  # type: ignore[no-untyped-call]
-            self._staging = [_staging(layouts[0], cap, sum(self._widths), pin=True) for _ in range(2)]
-        elif not self._single:
+            if ragged:
+                self._ring_staging = [
+                    [_staging(layout, cap, layout.num_envs, pin=True) for _ in range(2)] for layout in layouts
+                ]
+                self._ring_events = [[None, None] for _ in rings]
+            else:
+                self._staging = [_staging(layouts[0], cap, sum(self._widths), pin=True) for _ in range(2)]
+        elif not self._single and not ragged:
             self._staging = [_staging(layouts[0], cap, sum(self._widths), device=self._device)]
         self._staging_events = [None] * len(self._staging)
 
     def drain(self) -> int:
-        """Take what every ring has, ingest every complete generation; returns generations ingested."""
+        """Take what every ring has, ingest every complete generation; returns generations ingested.
+
+        Ragged: every ring's new slots go to its env block at once; returns the steps every env gained.
+        """
+        if self.ragged:
+            before = self.buffer.written
+            for i, reader in enumerate(self.readers):
+                first, count, views = reader.take(self.max_ingest)
+                if count:
+                    self._ingest_block(i, count, views)
+            gained = self.buffer.written - before
+            self.generations += gained
+            return gained
         for i, reader in enumerate(self.readers):
             first, count, views = reader.take(self.max_ingest)
             if count:
@@ -193,6 +244,32 @@ class Ingestor:
         self._last_copy = done
         self._pending_wait = True
         self._next_staging = (self._next_staging + 1) % len(self._staging)
+
+    def _ingest_block(self, ring: int, k: int, views: Shard) -> None:
+        """Ring ``ring``'s ``k`` new slots into its env block (Note [ragged ingest])."""
+        reader = self.readers[ring]
+        if self._copy_stream is None or isinstance(reader.ring, CudaIpcRing):
+            # CPU learner (a synchronous copy), or CUDA-IPC views (D2D on the compute stream, which
+            # commit_reads orders its event after).
+            _extend_block(self.buffer, ring, views)
+            reader.commit(k)
+            return
+        parity = self._ring_next[ring]
+        staging, event = self._ring_staging[ring][parity], self._ring_events[ring][parity]
+        if event is not None:
+            event.synchronize()  # the previous H2D out of this pinned buffer has finished
+        for name, view in views.items():
+            staging[name][:k].copy_(view)
+        reader.commit(k)  # the ring's slots are free once in pinned staging
+        self._copy_stream.wait_stream(torch.cuda.current_stream(self._device))
+        with torch.cuda.stream(self._copy_stream):
+            _extend_block(self.buffer, ring, {name: staged[:k] for name, staged in staging.items()})
+            done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            done.record(self._copy_stream)
+        self._ring_events[ring][parity] = done
+        self._last_copy = done
+        self._pending_wait = True
+        self._ring_next[ring] = 1 - parity
 
     def _commit(self, k: int) -> None:
         for reader in self.readers:
