@@ -33,10 +33,11 @@ def _contents(buffer: ReplayBuffer) -> list[torch.Tensor]:
                                                buffer.rewards, buffer.dones, buffer.truncations)]  # fmt: skip
 
 
+@pytest.mark.parametrize("ragged", [False, True], ids=["generations", "ragged"])
 @pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
 @pytest.mark.parametrize("kind", ["pinned_host", "cuda_ipc"])
-def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool) -> None:
-    """Two rings drained into a CUDA replay (pinned staging or IPC D2D) equal the CPU drain."""
+def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool, ragged: bool) -> None:
+    """Two rings drained into a CUDA replay (pinned staging or IPC D2D) equal the CPU drain (both modes)."""
     critic = None if shared_obs else OBS + 1
     layout = transition_layout(3, OBS, critic, ACT)
     cpu_rings = [HostRing.create(layout, 4) for _ in range(2)]
@@ -52,8 +53,10 @@ def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool) -> None:
             consumers = [CudaIpcRing.create_consumer(layout, 4, "cuda:0", c.handle) for c in cursors]
             producers = [CudaIpcRing.attach_producer(c.producer_handle()) for c in consumers]
             cuda_rings, producers_like = list(consumers), list(producers)
-        cpu_ing = Ingestor(cpu_rings, ReplayBuffer(6, 32, OBS, critic, ACT), 4)
-        gpu_ing = Ingestor(cuda_rings, ReplayBuffer(6, 32, OBS, critic, ACT, device="cuda:0"), 4)  # type: ignore[arg-type]
+        blocks = (3, 3) if ragged else None
+        cpu_ing = Ingestor(cpu_rings, ReplayBuffer(6, 32, OBS, critic, ACT, blocks=blocks), 4, ragged=ragged)
+        gpu_buffer = ReplayBuffer(6, 32, OBS, critic, ACT, device="cuda:0", blocks=blocks)
+        gpu_ing = Ingestor(cuda_rings, gpu_buffer, 4, ragged=ragged)  # type: ignore[arg-type]
         for chunk in range(5):
             for i in range(2):
                 _fill(cpu_rings[i], FakeBatchedEnv(3, seed=10 * chunk + i, shared_obs=shared_obs), 3)
