@@ -77,6 +77,7 @@ def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> No
         (f"{OPTS}.ring_capacity=-1", f"{OPTS}.ring_capacity", "positive"),
         (f"{OPTS}.ring_capacity=0", f"{OPTS}.ring_capacity", "positive"),
         (f"{OPTS}.utd_mode=fast", f"{OPTS}.utd_mode", "strict or learner_bound"),
+        (f"{OPTS}.ingest=lockstep", f"{OPTS}.ingest", "generations or ragged"),
         (f"{OPTS}.transition_ipc=maybe", f"{OPTS}.transition_ipc", "auto, on or off"),
         (f"{OPTS}.weight_publish_interval=0", f"{OPTS}.weight_publish_interval", "positive"),
         (f"{OPTS}.collector_spin_s=5", f"{OPTS}.collector_spin_s", "up to 1 s"),

@@ -37,12 +37,15 @@ def _spec(tmp_path: Path, collectors: int, learners: int, iterations: int) -> En
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ingest", ["generations", "ragged"])
 @pytest.mark.parametrize("learners", [1, 2])
-def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int) -> None:
-    """2 collectors with 1 or 2 (gloo) learners on a fake env: budget reached, updates, weights, clean end."""
+def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, ingest: str) -> None:
+    """2 collectors, 1 or 2 (gloo) learners, either ingest: budget reached, updates, weights, clean end."""
     ticks: list[EngineStats] = []
     boot: list[tuple[str, str]] = []
-    result = run_engine(_spec(tmp_path, 2, learners, 40), ticks.append, lambda w, s: boot.append((w, s)))
+    spec = _spec(tmp_path, 2, learners, 40)
+    spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, ingest=ingest))
+    result = run_engine(spec, ticks.append, lambda w, s: boot.append((w, s)))
     assert result.collector_steps == [40, 40]
     assert result.global_step == 40
     assert result.updates == 2 * (40 - 3 + 1)
@@ -175,6 +178,14 @@ def test_a_collector_spin_outside_0_to_1_s_is_refused_before_anything_starts(
     spec = _spec(tmp_path, 1, 1, 10)
     spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, collector_spin_s=spin_s))
     with pytest.raises(AsyncConfigError, match=rf"collector_spin_s={spin_s} must be between 0 and 1 s"):
+        AsyncEngine(spec)
+
+
+def test_an_unknown_ingest_mode_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """An unknown ingest mode: AsyncConfigError naming the setting, the value and the modes."""
+    spec = _spec(tmp_path, 1, 1, 10)
+    spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, ingest="lockstep"))  # type: ignore[arg-type]
+    with pytest.raises(AsyncConfigError, match=r"ingest='lockstep' is not an ingest mode; use 'generations'"):
         AsyncEngine(spec)
 
 

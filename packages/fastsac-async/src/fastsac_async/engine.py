@@ -151,6 +151,11 @@ class AsyncEngine:
                 f"async_options.collector_spin_s={spec.options.collector_spin_s} must be between 0 and 1 s; "
                 "0 (the default) sleeps at once, and a collector sees a stop request only between waits"
             )
+        if spec.options.ingest not in ("generations", "ragged"):
+            raise AsyncConfigError(
+                f"async_options.ingest={spec.options.ingest!r} is not an ingest mode; use 'generations' "
+                "(the default) or 'ragged'"
+            )
         profile_iterations()  # an invalid FASTSAC_PROFILE_LEARNER fails here, before anything starts
         self.spec = spec
         self._collectors = [collector_name(c.index) for c in spec.topology.collectors]

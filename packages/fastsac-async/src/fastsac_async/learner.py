@@ -45,6 +45,9 @@ class LearnerSettings:
     """gsteps between stats snapshots."""
     save_interval: int
     """gsteps between checkpoints (rank 0; 0 disables periodic checkpoints)."""
+    ragged_ingest: bool = False
+    """Ingest each ring into its own env block (the agent's buffer has one block per ring; Note
+    [ragged ingest])."""
     compile_cpus: tuple[int, ...] | None = None
     """CPUs lent to the first update chunk, which compiles (its collectors wait meanwhile; Note
     [compile on borrowed CPUs]); None keeps the learner's own."""
@@ -104,7 +107,9 @@ class Learner:
         self.settings = settings
         self.hooks = hooks
         self.group = process_group
-        self.ingestor = Ingestor(rings, agent.buffer, settings.max_ingest_per_iter)
+        self.ingestor = Ingestor(
+            rings, agent.buffer, settings.max_ingest_per_iter, ragged=settings.ragged_ingest
+        )
         self.cadence = PublishCadence(settings.weight_publish_interval)
         self.timer = StageTimer(LEARNER_STAGES)
         self.device_timer = DeviceSpanTimer(agent.device)

@@ -265,6 +265,7 @@ def run_learner(
             device,
             num_envs=sum(c.env_stop - c.env_start for c in own),
             world_size=spec.num_learners,
+            env_blocks=[c.env_stop - c.env_start for c in own] if spec.options.ingest == "ragged" else None,
         )
         start_gstep = start_updates = 0
         if spec.resume_from is not None:
@@ -339,6 +340,7 @@ def run_learner(
                     idle_sleep_s=spec.options.idle_sleep_s,
                     logging_interval=spec.logging_interval,
                     save_interval=spec.save_interval,
+                    ragged_ingest=spec.options.ingest == "ragged",
                     compile_cpus=compile_cpus(spec, rank),
                 ),
                 hooks=LearnerHooks(

@@ -125,6 +125,8 @@ class FastSACAgent:
         world_size: Learner ranks (gradients are averaged over them).
         process_group: torch.distributed group of the learners (default group when ``None``).
         buffer_device: Replay storage device when it differs from ``device`` (e.g. CPU to save GPU memory).
+        env_blocks: Widths of the replay buffer's env blocks, each written at its own pace (one per
+            collector under ragged ingest); None is one block.
     """
 
     def __init__(
@@ -137,6 +139,7 @@ class FastSACAgent:
         world_size: int = 1,
         process_group: ProcessGroup | None = None,
         buffer_device: torch.device | str | None = None,
+        env_blocks: Sequence[int] | None = None,
     ) -> None:
         self.dims, self.cfg = dims, cfg
         self.device = torch.device(device)
@@ -209,6 +212,7 @@ class FastSACAgent:
             device=buffer_device if buffer_device is not None else self.device,
             n_steps=cfg.num_steps,
             gamma=cfg.gamma,
+            blocks=env_blocks,
         )
 
         self.scaler = torch.amp.GradScaler("cuda", enabled=fp16_scaling)

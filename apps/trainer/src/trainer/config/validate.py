@@ -88,6 +88,7 @@ _RULES: tuple[_Rule, ...] = (
     (f"{_OPTS}.weight_publish_interval", lambda v: v >= 1, "use a positive number of updates"),
     (f"{_OPTS}.weight_poll_interval", lambda v: v >= 1, "use a positive number of env steps"),
     (f"{_OPTS}.max_ingest_per_iter", lambda v: v >= 1, "use a positive number of slots"),
+    (f"{_OPTS}.ingest", lambda v: v in ("generations", "ragged"), "use generations or ragged"),
     (f"{_OPTS}.idle_sleep_s", lambda v: v >= 0, "use 0 or a positive number of seconds"),
     (
         f"{_OPTS}.collector_spin_s",
