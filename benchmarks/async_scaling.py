@@ -6,7 +6,7 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
        [--parts scaling ceiling learner inference] [--no-ceiling] [--shared-cpus]
        [--bare-sleep-ms 0] [--bare-spin-ms 0] [--bare-bind] [--bare-load] [--bare-collector]
        [--bare-remote-reader]
-       [--collector-spin-ms 0]
+       [--collector-spin-ms 0] [--ingest generations|ragged]
 
 * scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
   on ``--device`` (two CPUs of its own) that only drains (tiny networks, ``learning_starts`` never
@@ -30,6 +30,8 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
   to someone else).
   ``--collector-spin-ms`` has a collector facing a full ring poll it that long before each back-off
   sleep (``collector_spin_s``; ``--bare-spin-ms`` is its bare counterpart to ``--bare-sleep-ms``).
+  ``--ingest ragged`` has the learner ingest each ring into its own env block instead of assembling
+  generations (``async_options.ingest``): no collector waits for the slowest one.
   ``--shared-cpus`` lets every collector (and bare process) run on any of the collectors' CPUs instead
   of one CPU each: a lockstep pipeline then moves at the cores' mean pace, not the slowest one's.
 * ceiling: only the bare processes of each N, under the ``--bare-*`` conditions (cheap diagnostics).
@@ -52,6 +54,7 @@ import time
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
+from typing import Literal
 
 import torch
 from scaling_ceiling import (
@@ -82,8 +85,9 @@ def _machine() -> str:
 
 
 def scaling(
-    task: str, collectors: int, envs: int, seconds: float, device: str, shared: bool, spin_s: float = 0.0
-) -> tuple[float, float, dict[str, float], CpuShares]:
+    task: str, collectors: int, envs: int, seconds: float, device: str, shared: bool, spin_s: float = 0.0,
+    ingest: Literal["generations", "ragged"] = "generations",
+) -> tuple[float, float, dict[str, float], CpuShares]:  # fmt: skip
     """Env steps/s, collectors' wait share, ms per stage occurrence and CPU shares, N collectors.
 
     ``collectors`` collectors acting randomly and a learner on ``device`` that drains. Each collector
@@ -108,7 +112,7 @@ def scaling(
             topology=topology,
             env_factory=factory, dims=probe_dims(factory), agent=agent,
             options=AsyncOptions(num_collectors=collectors, utd_mode="learner_bound",
-                                 collector_inference_device="cpu", collector_spin_s=spin_s),
+                                 collector_inference_device="cpu", collector_spin_s=spin_s, ingest=ingest),
             seed=0, num_iterations=10**9, logging_interval=5, save_interval=0, run_dir=Path(run_dir),
             time_limit_s=seconds,
         )  # fmt: skip
@@ -258,6 +262,10 @@ def main() -> None:
         help="ceiling processes step through a real Collector and its own ring (no other process)",
     )  # fmt: skip
     parser.add_argument(
+        "--ingest", choices=["generations", "ragged"], default="generations",
+        help="the learner's ingest mode (async_options.ingest) in the scaling part",
+    )  # fmt: skip
+    parser.add_argument(
         "--bare-remote-reader", action="store_true",
         help="ceiling processes step through a real Collector whose ring a reader process drains",
     )  # fmt: skip
@@ -274,7 +282,7 @@ def main() -> None:
     per = args.envs_per_collector
     if "scaling" in args.parts:
         pinning = "collectors sharing their CPUs" if args.shared_cpus else "one pinned CPU per collector"
-        pinning += f", collectors spin {args.collector_spin_ms:g} ms on a full ring"
+        pinning += f", collectors spin {args.collector_spin_ms:g} ms on a full ring, {args.ingest} ingest"
         print(f"\n{args.task}, {per} envs per collector, {pinning}, learner on {args.device}, "
               f"{args.seconds:g} s each")  # fmt: skip
         header = (
@@ -294,8 +302,9 @@ def main() -> None:
             bare_shares = mean_shares([s for *_, s in bare])
             bare_ms = f"bare env_step {min(step_ms):.2f}..{max(step_ms):.2f} ({bare_shares})"
             rate, wait_pct, timing, shares = scaling(
-                args.task, n, envs, args.seconds, args.device, args.shared_cpus, args.collector_spin_ms / 1e3
-            )
+                args.task, n, envs, args.seconds, args.device, args.shared_cpus, args.collector_spin_ms / 1e3,
+                args.ingest,
+            )  # fmt: skip
             base = base or rate
             stages = " ".join(f"{k} {v:.2f}" for k, v in timing.items())
             print(f"{n:>10} {rate:>12.0f} {rate / base:>7.2f} {rate / base / n:>5.2f} {top:>8.0f} "
