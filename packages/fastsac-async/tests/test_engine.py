@@ -43,10 +43,11 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
     """2 collectors, 1 or 2 (gloo) learners, either ingest: budget reached, updates, weights, clean end."""
     ticks: list[EngineStats] = []
     boot: list[tuple[str, str]] = []
-    spec = _spec(tmp_path, 2, learners, 40)
+    collectors = 4 if ingest == "ragged" and learners == 2 else 2  # ragged: 2 env blocks on every rank
+    spec = _spec(tmp_path, collectors, learners, 40)
     spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, ingest=ingest))
     result = run_engine(spec, ticks.append, lambda w, s: boot.append((w, s)))
-    assert result.collector_steps == [40, 40]
+    assert result.collector_steps == [40] * collectors
     assert result.global_step == 40
     assert result.updates == 2 * (40 - 3 + 1)
     assert not result.stopped_early and result.stop_reason == "completed"
@@ -55,10 +56,10 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
     assert max((s.weight_version for t in ticks for s in t.collectors.values()), default=0) > 0
     assert set(last.learners) == set(range(learners))
     names = {w for w, _ in boot}
-    assert names == {"collector0", "collector1"} | {f"learner{r}" for r in range(learners)}
+    assert names == {f"collector{i}" for i in range(collectors)} | {f"learner{r}" for r in range(learners)}
     assert result.last_checkpoint is not None
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
-    assert extra["collector_steps"] == [40, 40] and extra["iteration"] == 40
+    assert extra["collector_steps"] == [40] * collectors and extra["iteration"] == 40
     # Each worker's log says where its start-up time went.
     learner_log = (tmp_path / "logs" / "learner0.log").read_text()
     assert "learner0 boot: agent and replay buffer built in" in learner_log
@@ -68,10 +69,11 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
         learner_log,
     )
     collector_log = (tmp_path / "logs" / "collector1.log").read_text()
-    assert "collector1 boot: env shard of 4 envs built in" in collector_log
+    shard = f"env shard of {8 // collectors} envs built"
+    assert f"collector1 boot: {shard} in" in collector_log
     phases = re.findall(r"collector1 boot: (.*) in \S+ s \(", collector_log)
     assert phases == [
-        "env shard of 4 envs built",
+        shard,
         "policy on cpu built and warmed up (compiled: False)",
         "ring and weight slots received from the learner",
         "initial weights loaded",

@@ -37,7 +37,12 @@ def _contents(buffer: ReplayBuffer) -> list[torch.Tensor]:
 @pytest.mark.parametrize("shared_obs", [False, True], ids=["own_critic_obs", "critic_observes_obs"])
 @pytest.mark.parametrize("kind", ["pinned_host", "cuda_ipc"])
 def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool, ragged: bool) -> None:
-    """Two rings drained into a CUDA replay (pinned staging or IPC D2D) equal the CPU drain (both modes)."""
+    """Two rings drained into a CUDA replay (pinned staging or IPC D2D) equal the CPU drain (both modes).
+
+    Ragged: ring 0 gets 3 steps per round and ring 1 one, drained with no wait between rounds on the
+    pinned path (staging reuse and copy-stream order), and the CUDA replay then samples every env
+    from its own written steps.
+    """
     critic = None if shared_obs else OBS + 1
     layout = transition_layout(3, OBS, critic, ACT)
     cpu_rings = [HostRing.create(layout, 4) for _ in range(2)]
@@ -57,24 +62,32 @@ def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool, ragged: bool
         cpu_ing = Ingestor(cpu_rings, ReplayBuffer(6, 32, OBS, critic, ACT, blocks=blocks), 4, ragged=ragged)
         gpu_buffer = ReplayBuffer(6, 32, OBS, critic, ACT, device="cuda:0", blocks=blocks)
         gpu_ing = Ingestor(cuda_rings, gpu_buffer, 4, ragged=ragged)  # type: ignore[arg-type]
+        steps = (3, 1) if ragged else (3, 3)
         for chunk in range(5):
             for i in range(2):
-                _fill(cpu_rings[i], FakeBatchedEnv(3, seed=10 * chunk + i, shared_obs=shared_obs), 3)
-                _fill(producers_like[i], FakeBatchedEnv(3, seed=10 * chunk + i, shared_obs=shared_obs), 3)
+                _fill(cpu_rings[i], FakeBatchedEnv(3, seed=10 * chunk + i, shared_obs=shared_obs), steps[i])
+                _fill(
+                    producers_like[i], FakeBatchedEnv(3, seed=10 * chunk + i, shared_obs=shared_obs), steps[i]
+                )
             for p in producers:
                 p.flush()
             while cpu_ing.drain():
                 pass
+            while cpu_ing.unread():
+                cpu_ing.drain()
             for _ in range(100):
                 gpu_ing.drain()
-                if gpu_ing.generations == cpu_ing.generations:
+                if gpu_ing.generations == cpu_ing.generations and not gpu_ing.unread():
                     break
             gpu_ing.wait_before_sampling()
-            # A consumer publishes its read cursor lazily, once its copy-out event has completed (Note
-            # [CUDA-IPC ring ordering]); the next chunk's pushes need that room, so publish it now.
-            gpu_ing.wait_ingest()
-            for c in consumers:
-                c.flush()
+            if kind == "cuda_ipc":
+                # A consumer publishes its read cursor lazily, once its copy-out event has completed
+                # (Note [CUDA-IPC ring ordering]); the next chunk's pushes need that room: publish it now.
+                gpu_ing.wait_ingest()
+                for c in consumers:
+                    c.flush()
+        assert gpu_ing.buffer.block_written == cpu_ing.buffer.block_written == ((15, 5) if ragged else (15,))
+        assert not gpu_ing.buffer.sample(8).obs.isnan().any(), "samples come only from written steps"
         gpu_ing.wait_ingest()
         for a, b in zip(_contents(cpu_ing.buffer), _contents(gpu_ing.buffer), strict=True):
             assert torch.equal(a, b.to(a.dtype))

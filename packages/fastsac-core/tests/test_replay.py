@@ -264,6 +264,24 @@ def test_block_errors_and_state_name_the_problem() -> None:
     again.load_state_dict(state)
     assert again.block_written == (4, 2) and again.num_stored == 4 + 2 * 2
     assert not again.sample(8).obs.isnan().any(), "samples come only from written steps"
-    del state["block_written"]  # a state saved before blocks existed: every block at "written"
+    with pytest.raises(ReplayBufferError, match=r"blocks \[1, 2\] hold different step counts \[4, 2\]"):
+        ReplayBuffer(3, 8, 3, 6, 2, blocks=(2, 1)).load_state_dict(state)
+    del state["block_written"], state["blocks"]  # a state saved before blocks existed: one block
     again.load_state_dict(state)
     assert again.block_written == (2, 2)
+
+
+@pytest.mark.gpu
+def test_sampling_uneven_blocks_on_cuda_never_waits_for_the_gpu() -> None:
+    """A CUDA buffer with blocks at different counts samples without a host synchronisation."""
+    buf = ReplayBuffer(3, 8, 3, 6, 2, device="cuda", blocks=(1, 2))
+    h = {k: v.cuda() for k, v in _history(5, 3, seed=2).items()}
+    buf.extend_block(0, *_block_steps(h, 0, 5, slice(0, 1)))
+    buf.extend_block(1, *_block_steps(h, 0, 3, slice(1, 3)))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        batch = buf.sample(16)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert not batch.obs.isnan().any()

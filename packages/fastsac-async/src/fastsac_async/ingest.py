@@ -183,7 +183,9 @@ class Ingestor:
     def drain(self) -> int:
         """Take what every ring has, ingest every complete generation; returns generations ingested.
 
-        Ragged: every ring's new slots go to its env block at once; returns the steps every env gained.
+        Ragged: every ring's new slots go to its env block at once; returns the steps every env gained
+        (0 while one ring is silent, though the others' slots were ingested: loop on ``unread()`` to
+        drain everything).
         """
         if self.ragged:
             before = self.buffer.written

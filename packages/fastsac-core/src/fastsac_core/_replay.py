@@ -8,7 +8,7 @@
 # steps ever written to its envs: the chronological step s of an env lives in slot ``s % capacity``.
 # ``extend_batch`` writes every env at once (all blocks at the same count); ``extend_block`` writes one
 # block's columns at its own count. While the counts differ, ``sample`` draws each env's start step
-# from its own block's range (ragged ingest: wiki/async-engine.md, known limits).
+# from its own block's range (ragged ingest: wiki/async-engine.md, Drain and generations).
 #
 # next_obs is not stored. Envs auto-reset, so the obs written at step s+1 is the obs that followed
 # step s -- except after an episode end, where it is the reset obs of the next episode:
@@ -157,6 +157,7 @@ class ReplayBuffer:
         self._block_starts = tuple(sum(widths[:i]) for i in range(len(widths)))
         self._block_written = [0] * len(widths)
         self._env_written: Tensor | None = None  # per env, on the device; rebuilt after a write
+        self._block_of_env = torch.arange(len(widths)).repeat_interleave(torch.tensor(widths)).to(self.device)
         self._fields = tuple(
             name
             for name in ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
@@ -320,7 +321,9 @@ class ReplayBuffer:
             written = self._written_per_env()
             stored = written.clamp(max=cap)
             complete = stored - 1
-            offset = (torch.rand((batch_per_env, n), device=self.device) * complete).long()
+            offset = (
+                torch.rand((batch_per_env, n), device=self.device, dtype=torch.float64) * complete
+            ).long()
             step = written - stored + torch.minimum(offset, complete - 1)
             newest = written.view(1, n, 1)
         env = self._env_index.expand(batch_per_env, n)
@@ -369,9 +372,11 @@ class ReplayBuffer:
     def _written_per_env(self) -> Tensor:
         """``(num_envs,)`` steps written to each env, on the buffer's device (cached until a write)."""
         if self._env_written is None:
-            counts = torch.tensor(self._block_written, dtype=torch.long)
-            widths = torch.tensor(self.blocks, dtype=torch.long)
-            self._env_written = counts.repeat_interleave(widths).to(self.device)
+            # Pinned and non-blocking on CUDA: a pageable copy would wait for the GPU to catch up,
+            # and sample() never synchronises with the host.
+            pinned = self.device.type == "cuda"
+            counts = torch.tensor(self._block_written, dtype=torch.long, pin_memory=pinned)
+            self._env_written = counts.to(self.device, non_blocking=pinned)[self._block_of_env]
         return self._env_written
 
     # ---------------------------------------------------------------- state
@@ -380,6 +385,7 @@ class ReplayBuffer:
         """Counters, and the raw storage (moved to CPU) when ``include_data``."""
         state: dict[str, Any] = {
             "written": self.written,
+            "blocks": list(self.blocks),
             "block_written": list(self._block_written),
             "num_envs": self.num_envs,
             "capacity": self.capacity,
@@ -415,7 +421,14 @@ class ReplayBuffer:
                     f" {tuple(target.shape)} here"
                 )
             target.copy_(source)
-        counts = state.get("block_written")
-        if counts is None or len(counts) != len(self.blocks):  # saved before blocks, or with other blocks
-            counts = [int(state["written"])] * len(self.blocks)
-        self._block_written = [int(c) for c in counts]
+        saved = tuple(state.get("blocks", (self.num_envs,)))  # saved before blocks existed: one block
+        counts = [int(c) for c in state.get("block_written", [state["written"]] * len(saved))]
+        if saved != self.blocks:
+            if len(set(counts)) > 1:
+                raise ReplayBufferError(
+                    f"the replay state's env blocks {list(saved)} hold different step counts {counts}; this "
+                    f"buffer has blocks {list(self.blocks)}: load it into a buffer with the same blocks, or "
+                    "load the state without its data"
+                )
+            counts = counts[:1] * len(self.blocks)
+        self._block_written = counts
