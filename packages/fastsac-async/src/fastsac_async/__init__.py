@@ -1,8 +1,9 @@
 """fastsac-async: the asynchronous FastSAC engine (collectors, learners, supervision).
 
 Collector processes step env shards and push transitions into per-collector SPSC rings; learner
-ranks drain their collectors' rings into complete generations, decide updates in lockstep, train
-and publish weights. The parent allocates shared memory, spawns and supervises the workers.
+ranks drain their collectors' rings into complete generations (or each ring into its own replay env
+block, ``ingest="ragged"``), decide updates in lockstep, train and publish weights. The parent
+allocates shared memory, spawns and supervises the workers.
 """
 
 from fastsac_async.assembler import GenerationAssembler, ReadyRun

@@ -1,5 +1,7 @@
 """Drain: contiguous spans from every ring -> generations -> one ``extend_batch`` per field.
 
+Ragged (``ragged=True``): each ring's span -> its env block, one ``extend_block`` (Note [ragged ingest]).
+
 # Note [drain and commit]
 Each :class:`RingReader` keeps the consumer's own counts: ``issued`` (slots handed to the
 assembler) and ``committed`` (slots released to the producer). ``read_span`` of both ring kinds
@@ -160,7 +162,7 @@ class Ingestor:
         self._last_copy: Any = None
         self._pending_wait = False
         self.generations = 0
-        """Generations ingested so far."""
+        """Generations ingested so far (ragged: the steps every env has gained, the fewest of any block)."""
         cap = max(r.capacity for r in rings)
         host_rings = any(not isinstance(r, CudaIpcRing) for r in rings)
         # Ragged ingest stages each host ring on its own: two pinned buffers per ring, alternating.

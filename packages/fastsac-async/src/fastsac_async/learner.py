@@ -129,7 +129,7 @@ class Learner:
     # ------------------------------------------------------------------ pieces of one iteration
 
     def drain(self) -> int:
-        """Take every ring's new slots and ingest the complete generations (timed)."""
+        """Take every ring's new slots and ingest them (generations, or ragged per block); timed."""
         with self.timer.time("drain"):
             ingested = self.ingestor.drain()
         return ingested

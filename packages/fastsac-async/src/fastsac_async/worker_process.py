@@ -55,7 +55,8 @@ def worker_environment(threads: int) -> dict[str, str]:
         "MKL_NUM_THREADS": n,
         "OPENBLAS_NUM_THREADS": n,
         "OMP_WAIT_POLICY": "PASSIVE",
-        # Inductor's parallel compile workers are extra processes; keep compilation in-process.
+        # Inductor's parallel compile workers are extra processes; keep compilation in-process (except
+        # a pinned GPU learner's first update chunk: Note [compile on borrowed CPUs]).
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
 

@@ -296,7 +296,7 @@ class ReplayBuffer:
 
     @property
     def num_complete(self) -> int:
-        """Complete transitions per env (the newest step still waits for its next obs)."""
+        """Complete transitions per env, the fewest of any block (the newest step awaits its next obs)."""
         return max(len(self) - 1, 0)
 
     @torch.no_grad()
