@@ -31,7 +31,7 @@ is byte-identical to generation mode.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -238,15 +238,7 @@ class Ingestor:
             return
         # Host rings on CUDA: the ring slots are free once in pinned staging (CPU copies above).
         self._commit(k)
-        compute = torch.cuda.current_stream(self._device)
-        self._copy_stream.wait_stream(compute)
-        with torch.cuda.stream(self._copy_stream):
-            _extend(self.buffer, batch)
-            done = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            done.record(self._copy_stream)
-        self._staging_events[self._next_staging] = done
-        self._last_copy = done
-        self._pending_wait = True
+        self._staging_events[self._next_staging] = self._on_copy_stream(lambda: _extend(self.buffer, batch))
         self._next_staging = (self._next_staging + 1) % len(self._staging)
 
     def _ingest_block(self, ring: int, k: int, views: Shard) -> None:
@@ -265,15 +257,26 @@ class Ingestor:
         for name, view in views.items():
             staging[name][:k].copy_(view)
         reader.commit(k)  # the ring's slots are free once in pinned staging
+        batch = {name: staged[:k] for name, staged in staging.items()}
+        self._ring_events[ring][parity] = self._on_copy_stream(
+            lambda: _extend_block(self.buffer, ring, batch)
+        )
+        self._ring_next[ring] = 1 - parity
+
+    def _on_copy_stream(self, extend: Callable[[], None]) -> Any:
+        """Run ``extend`` (H2D from pinned staging) on the copy stream; returns its completion event.
+
+        The copy stream first waits for the compute stream (an in-flight sample must not read a row
+        being overwritten), and the next ``wait_before_sampling`` orders the compute stream after it.
+        """
         self._copy_stream.wait_stream(torch.cuda.current_stream(self._device))
         with torch.cuda.stream(self._copy_stream):
-            _extend_block(self.buffer, ring, {name: staged[:k] for name, staged in staging.items()})
+            extend()
             done = torch.cuda.Event()  # type: ignore[no-untyped-call]
             done.record(self._copy_stream)
-        self._ring_events[ring][parity] = done
         self._last_copy = done
         self._pending_wait = True
-        self._ring_next[ring] = 1 - parity
+        return done
 
     def _commit(self, k: int) -> None:
         for reader in self.readers:

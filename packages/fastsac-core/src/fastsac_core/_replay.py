@@ -208,7 +208,7 @@ class ReplayBuffer:
                 "steps; write each block with extend_block"
             )
         values = self._values(obs, critic_obs, actions, rewards, dones, truncations, self.num_envs)
-        k = self._write(slice(None), values, self._block_written[0])
+        k = self._write(None, values, self._block_written[0])
         self._block_written = [w + k for w in self._block_written]
         self._env_written = None
 
@@ -257,8 +257,8 @@ class ReplayBuffer:
                 raise ReplayBufferError(f"{name} has shape {tuple(value.shape)}; expected {expected}")
         return values
 
-    def _write(self, columns: slice, values: tuple[Tensor, ...], written: int) -> int:
-        """Copy k steps into ``columns`` after the ``written`` steps there; returns k (all counted)."""
+    def _write(self, columns: slice | None, values: tuple[Tensor, ...], written: int) -> int:
+        """Copy k steps into ``columns`` (None: all envs) after ``written`` steps; returns k (all counted)."""
         k = values[0].shape[0]
         skip = max(0, k - self.capacity)  # only the newest `capacity` steps survive
         if skip:
@@ -267,7 +267,9 @@ class ReplayBuffer:
         start = (written + skip) % self.capacity
         first = min(kept, self.capacity - start)
         for name, value in zip(self._fields, values, strict=True):
-            storage: Tensor = getattr(self, name)[:, columns]
+            storage: Tensor = getattr(self, name)
+            if columns is not None:
+                storage = storage[:, columns]
             storage[start : start + first].copy_(value[:first], non_blocking=True)
             if first < kept:
                 storage[: kept - first].copy_(value[first:], non_blocking=True)
