@@ -1,15 +1,17 @@
 """Drain cost of the asynchronous learner: ring(s) -> replay buffer, through the learner's ``Ingestor``.
 
 Usage: uv run --frozen python benchmarks/async_drain.py [--device cuda] [--envs 256 2048] [--rings 1 4]
-       [--transport host|ipc|both]
+       [--transport host|ipc|both] [--ingest generations|ragged|both]
 
 ``host``: shared-memory rings, drained through pinned staging and one H2D per field (or straight into a
 CPU replay). ``ipc``: CUDA-IPC rings (slots already on the learner's GPU), drained device to device.
 
 For each env count and ring count it fills the rings with ``--slots`` slots (a run of slots, as the
 learner drains them), then times ``Ingestor.drain`` + the copy-stream event wait, and prints ms per
-batch (one env step of all envs) and per run. Humanoid-v5 sizes by default (obs 348, act 17, the critic
-observing obs as for every gymnasium task; ``--own-critic-obs`` adds a 348-wide critic field).
+batch (one env step of all envs) and per run, for generation ingest (the rings' slots assembled into
+whole env steps) and ragged ingest (each ring's slots into its own env block). Humanoid-v5 sizes by
+default (obs 348, act 17, the critic observing obs as for every gymnasium task; ``--own-critic-obs``
+adds a 348-wide critic field).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def _machine() -> str:
 
 def bench(
     envs: int, rings: int, slots: int, repeats: int, device: str, obs: int, critic: int | None, act: int,
-    transport: str,
+    transport: str, ragged: bool,
 ) -> tuple[float, float]:  # fmt: skip
     """Median ms per batch and per run of ``slots`` batches (``critic=None``: the critic observes obs)."""
     width = envs // rings
@@ -51,8 +53,9 @@ def bench(
         host = [HostRing.create(layout, slots) for _ in range(rings)]
         producers = host
     try:
-        buffer = ReplayBuffer(envs, 256, obs, critic, act, device=device)
-        ing = Ingestor(consumers or host, buffer, max_ingest_per_iter=slots)  # type: ignore[arg-type]
+        blocks = [width] * rings if ragged else None
+        buffer = ReplayBuffer(envs, 256, obs, critic, act, device=device, blocks=blocks)
+        ing = Ingestor(consumers or host, buffer, max_ingest_per_iter=slots, ragged=ragged)  # type: ignore[arg-type]
         flag = torch.zeros(width, dtype=torch.bool)
         fields = {
             "obs": torch.randn(width, obs), "actions": torch.randn(width, act), "rewards": torch.randn(width),
@@ -103,6 +106,7 @@ def main() -> None:
     parser.add_argument("--obs", type=int, default=348)
     parser.add_argument("--act", type=int, default=17)
     parser.add_argument("--transport", choices=["host", "ipc", "both"], default="both")
+    parser.add_argument("--ingest", choices=["generations", "ragged", "both"], default="both")
     parser.add_argument(
         "--own-critic-obs", action="store_true",
         help="slots also carry a critic observation of obs width (as before critic_obs_is_obs)",
@@ -116,15 +120,23 @@ def main() -> None:
         f"machine: {_machine()}; device {args.device}; obs {args.obs}, critic obs "
         f"{critic or 'shared'}, act {args.act}, {args.slots}-slot runs"
     )
-    print(f"{'transport':>9} {'envs':>6} {'rings':>5} {'ms/batch':>9} {'ms/run':>8} {'MB/run':>7}")
+    modes = ["generations", "ragged"] if args.ingest == "both" else [args.ingest]
+    head = ("transport", 9), ("ingest", 11), ("envs", 6), ("rings", 5), ("ms/batch", 9), ("ms/run", 8)
+    head += (("MB/run", 7),)
+    print(" ".join(f"{name:>{width}}" for name, width in head))
     for transport in transports:
-        for envs in args.envs:
-            for rings in args.rings:
-                per_batch, per_run = bench(
-                    envs, rings, args.slots, args.repeats, args.device, args.obs, critic, args.act, transport
-                )
-                mb = args.slots * transition_layout(envs, args.obs, critic, args.act).slot_nbytes / 1e6
-                print(f"{transport:>9} {envs:>6} {rings:>5} {per_batch:>9.3f} {per_run:>8.3f} {mb:>7.1f}")
+        for mode in modes:
+            for envs in args.envs:
+                for rings in args.rings:
+                    per_batch, per_run = bench(
+                        envs, rings, args.slots, args.repeats, args.device, args.obs, critic, args.act,
+                        transport, mode == "ragged",
+                    )  # fmt: skip
+                    mb = args.slots * transition_layout(envs, args.obs, critic, args.act).slot_nbytes / 1e6
+                    print(
+                        f"{transport:>9} {mode:>11} {envs:>6} {rings:>5} {per_batch:>9.3f} {per_run:>8.3f} "
+                        f"{mb:>7.1f}"
+                    )
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def _machine() -> str:
 
 def scaling(
     task: str, collectors: int, envs: int, seconds: float, device: str, shared: bool, spin_s: float = 0.0,
-    ingest: Literal["generations", "ragged"] = "generations",
+    ingest: Literal["generations", "ragged"] = "ragged",
 ) -> tuple[float, float, dict[str, float], CpuShares]:  # fmt: skip
     """Env steps/s, collectors' wait share, ms per stage occurrence and CPU shares, N collectors.
 
@@ -262,7 +262,7 @@ def main() -> None:
         help="ceiling processes step through a real Collector and its own ring (no other process)",
     )  # fmt: skip
     parser.add_argument(
-        "--ingest", choices=["generations", "ragged"], default="generations",
+        "--ingest", choices=["generations", "ragged"], default="ragged",
         help="the learner's ingest mode (async_options.ingest) in the scaling part",
     )  # fmt: skip
     parser.add_argument(

@@ -272,6 +272,7 @@ def test_block_errors_and_state_name_the_problem() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype:UserWarning")
 def test_sampling_uneven_blocks_on_cuda_never_waits_for_the_gpu() -> None:
     """A CUDA buffer with blocks at different counts samples without a host synchronisation."""
     buf = ReplayBuffer(3, 8, 3, 6, 2, device="cuda", blocks=(1, 2))

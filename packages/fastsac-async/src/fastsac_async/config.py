@@ -32,7 +32,7 @@ class AsyncOptions:
     """Collectors poll for new weights every this many env steps."""
     max_ingest_per_iter: int = 8
     """Slots drained per ring per learner loop."""
-    ingest: Literal["generations", "ragged"] = "generations"
+    ingest: Literal["generations", "ragged"] = "ragged"
     """generations: a learner ingests env step k once every collector delivered it (one slot from each
     ring); ragged: each collector's slots go to its own env block of the replay buffer as they come,
     so no collector waits for a slower one (Note [ragged ingest])."""
