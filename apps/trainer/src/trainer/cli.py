@@ -62,7 +62,7 @@ important options:
   algo.trainer.async_options.cpus_per_collector=N  pin each collector to N CPUs of its NUMA node
   algo.trainer.async_options.ring_capacity=N       slots per collector ring
   algo.trainer.async_options.utd_mode=strict|learner_bound
-  algo.trainer.async_options.ingest=generations|ragged
+  algo.trainer.async_options.ingest=ragged|generations
   algo.trainer.async_options.collector_inference_device=auto|cpu|cuda[:N]
   algo.trainer.async_options.transition_ipc=auto|on|off / weight_ipc=auto|on|off
   algo.agent.KEY=VALUE                             FastSAC hyper-parameters (batch_size, num_updates, ...)
