@@ -7,12 +7,27 @@ Update rules follow holosoma FastSAC (``fast_sac_agent.py``, see wiki/algorithm.
   * alpha is tuned inside the critic step from the next-state log-probs;
   * the soft target update is part of the critic step;
   * actor loss = alpha * log pi(a|s) - mean_i E[Q_i(s, a)], every ``policy_frequency`` critic updates.
+
+# Note [Ranks in step graphs]
+
+With several ranks the gradients are averaged (one flattened all-reduce per model) between backward
+and the optimizer step, so the step is not one compiled function: its backward half is compiled and
+the step runs it, the all-reduce and the optimizer steps in turn. Without CUDA graphs every kernel of
+that is launched from the learner's host thread. With ``capture_all_reduce`` (NCCL, ``cudagraph_scope
+= step``) ``StepGraph`` captures the whole sequence, NCCL all-reduce included, which NCCL supports
+(2.9 and later) and torch's NCCL watchdog tolerates (2.2 and later). NCCL requires that capturing is
+collective: every rank captures the same collectives at the same point and then replays that graph
+in the same order. Ranks in lockstep give that: they run the same number of critic and actor steps
+in the same order (rank 0's decision is broadcast), and ``StepGraph`` warms up and captures at the
+same call on every rank. The communicator already exists by then (the initial weight broadcast
+creates it), and the warm-up all-reduces run for real on the side stream.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -171,11 +186,13 @@ class FastSACAgent:
         self._amp_dtype = torch.bfloat16 if cfg.amp_dtype == "bf16" else torch.float16
         self._amp = cfg.amp and cuda
         fp16_scaling = self._amp and cfg.amp_dtype == "fp16"
-        # One function per step when nothing eager must sit between backward and optimizer step;
-        # otherwise (all-reduce across ranks, fp16 loss scaling) only the forward+backward halves.
-        self._whole_steps = world_size == 1 and not fp16_scaling
-        graphs = cuda and cfg.cudagraphs and self._whole_steps
-        self._cudagraphs = graphs and cfg.compile and cfg.cudagraph_scope == "regions"
+        # One compiled function per step when nothing eager must sit between backward and optimizer
+        # step; otherwise (all-reduce across ranks, fp16 loss scaling) only the backward halves are
+        # compiled and the step runs them, the all-reduce and the optimizer steps in turn.
+        self._fused_steps = world_size == 1 and not fp16_scaling
+        # Several ranks: a whole-step graph holds the NCCL all-reduce too (Note [Ranks in step graphs]).
+        graphs = cuda and cfg.cudagraphs and not fp16_scaling and (world_size == 1 or cfg.capture_all_reduce)
+        self._cudagraphs = graphs and self._fused_steps and cfg.compile and cfg.cudagraph_scope == "regions"
         self._step_graphs = graphs and cfg.cudagraph_scope == "step"
 
         betas = (cfg.adam_beta1, cfg.adam_beta2)
@@ -225,12 +242,23 @@ class FastSACAgent:
     # ------------------------------------------------------------------ execution setup
 
     def _build_step_functions(self, compile_steps: bool) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        critic: Callable[..., Any] = self._critic_step if self._whole_steps else self._critic_backward
-        actor: Callable[..., Any] = self._actor_step if self._whole_steps else self._actor_backward
+        """The critic and actor steps as ``update`` runs them: backward, all-reduce, optimizer step."""
         if compile_steps:
             quiet_compile_notices()
-            mode = "reduce-overhead" if self._cudagraphs else None
-            critic, actor = torch.compile(critic, mode=mode), torch.compile(actor, mode=mode)
+        if self._fused_steps:
+            critic: Callable[..., Any] = self._critic_step
+            actor: Callable[..., Any] = self._actor_step
+            if compile_steps:
+                mode = "reduce-overhead" if self._cudagraphs else None
+                critic, actor = torch.compile(critic, mode=mode), torch.compile(actor, mode=mode)
+        else:
+            critic_backward: Callable[..., Any] = self._critic_backward
+            actor_backward: Callable[..., Any] = self._actor_backward
+            if compile_steps:
+                critic_backward = torch.compile(critic_backward)
+                actor_backward = torch.compile(actor_backward)
+            critic = functools.partial(self._critic_step_in_halves, critic_backward)
+            actor = functools.partial(self._actor_step_in_halves, actor_backward)
         if self._step_graphs:
             critic, actor = StepGraph(critic, self.device), StepGraph(actor, self.device)
         return critic, actor
@@ -328,6 +356,15 @@ class FastSACAgent:
         self._critic_apply()
         return metrics
 
+    def _critic_step_in_halves(
+        self, backward: Callable[..., tuple[Tensor, Tensor, Tensor]], batch: Batch, next_noise: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``backward`` (compiled or not), the gradients averaged over ranks, the optimizer steps."""
+        metrics = backward(batch, next_noise)
+        all_reduce_grads(self._critic_params(), self.process_group)  # critics and log_alpha together
+        self._critic_apply()
+        return metrics
+
     def _actor_backward(self, batch: Batch, noise: Tensor) -> tuple[Tensor, Tensor]:
         """Actor loss and its gradient; returns detached (actor_loss, policy_entropy)."""
         self.actor_optimizer.zero_grad(set_to_none=True)
@@ -349,6 +386,15 @@ class FastSACAgent:
         self._actor_apply()
         return metrics
 
+    def _actor_step_in_halves(
+        self, backward: Callable[..., tuple[Tensor, Tensor]], batch: Batch, noise: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """``backward`` (compiled or not), the gradients averaged over ranks, the optimizer step."""
+        metrics = backward(batch, noise)
+        all_reduce_grads(self.actor.parameters(), self.process_group)
+        self._actor_apply()
+        return metrics
+
     # ------------------------------------------------------------------ driving the steps
 
     def _run(self, fn: Callable[..., Any], *args: Tensor | Batch) -> tuple[Tensor, ...]:
@@ -361,18 +407,10 @@ class FastSACAgent:
         return tuple(fn(*args))
 
     def _run_critic(self, batch: Batch, next_noise: Tensor) -> tuple[Tensor, ...]:
-        out = self._run(self._critic_fn, batch, next_noise)
-        if not self._whole_steps:
-            all_reduce_grads(self._critic_params(), self.process_group)  # critics and log_alpha together
-            self._critic_apply()
-        return out
+        return self._run(self._critic_fn, batch, next_noise)
 
     def _run_actor(self, batch: Batch, noise: Tensor) -> tuple[Tensor, ...]:
-        out = self._run(self._actor_fn, batch, noise)
-        if not self._whole_steps:
-            all_reduce_grads(self.actor.parameters(), self.process_group)
-            self._actor_apply()
-        return out
+        return self._run(self._actor_fn, batch, noise)
 
     def prepare(self, batch: Batch) -> Batch:
         """Update the normalizers with the batch's observations (merged over ranks) and normalise it."""

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from ._agent import FastSACAgent, UpdateNoise
 from ._replay import Batch
+from ._step_graph import StepGraph
 from .config import FastSACConfig
 from .env import EnvDims
 
@@ -161,6 +162,10 @@ def run_ddp_rank(
                 k: v.cpu() for k, v in agent.critic_obs_normalizer.state_dict().items()
             },
             "metrics": metrics,
+            # Whether the critic and actor steps ended up replaying captured whole-step graphs.
+            "step_graphs": [
+                isinstance(f, StepGraph) and f.captured for f in (agent._critic_fn, agent._actor_fn)
+            ],
         }
         torch.save(state, Path(out_file))
     finally:
