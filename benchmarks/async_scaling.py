@@ -8,32 +8,31 @@ Usage: uv run --frozen python benchmarks/async_scaling.py [--collectors 1 2 4 8 
        [--bare-remote-reader]
        [--collector-spin-ms 0] [--ingest generations|ragged]
 
-* scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner
-  on ``--device`` (two CPUs of its own) that only drains (tiny networks, ``learning_starts`` never
-  reached), measured over ``--seconds`` after boot, with the collectors' wait share. Each N first
-  measures its ceiling on the same CPUs just before: N bare processes stepping the same env shard
-  with random actions, no learner and no transport (``--no-ceiling`` skips it). ``/ ceiling`` is
-  then the pipeline's own efficiency, apart from how the machine's cores slow down under load. The
-  collectors act randomly too (``learning_starts`` is never reached, so the learner only drains):
-  MuJoCo's step cost depends on the actions, up to 2x between random and saturated ones, and a
-  changing policy would make every N simulate a different workload (the inference part measures the
-  policy's own cost). The pipeline assembles generations (one slot from every collector), so over a
-  long run every collector goes at the slowest one's pace: ``lockstep`` is N x the slowest bare
-  process, the ceiling of that design on cores that are not uniform. ``--bare-sleep-ms``, ``--bare-bind``
-  and ``--bare-load`` give the bare processes one condition of a collector each (idling after each
-  step, numa_bind's CPU and memory binding, busy learner CPUs), and ``--bare-collector`` steps them
-  through a real ``Collector`` pushing into its own ring (read back in the same process), to find what
-  slows a collector's step (``--bare-remote-reader``: into a production-sized ring that one other
-  process on the learner's CPUs drains, copying every slot out: a learner's drain alone). Every row
-  also says where the stepping processes' wall time went: on their CPU, runnable but waiting for it
-  (``runq``: another thread of this machine had it) and the CPU's ``steal`` (the hypervisor gave it
-  to someone else).
-  ``--collector-spin-ms`` has a collector facing a full ring poll it that long before each back-off
-  sleep (``collector_spin_s``; ``--bare-spin-ms`` is its bare counterpart to ``--bare-sleep-ms``).
+* scaling: env steps/s of N collectors (Humanoid-v5 by default), one pinned CPU each, with one learner on
+  ``--device`` (two CPUs of its own) that only drains (tiny networks, ``learning_starts`` never reached),
+  measured over ``--seconds`` after boot, with the collectors' wait share. Each N first measures its
+  ceiling on the same CPUs just before: N bare processes stepping the same env shard with random actions,
+  no learner and no transport (``--no-ceiling`` skips it). ``/ ceiling`` is then the pipeline's own
+  efficiency, apart from how the machine's cores slow down under load. The collectors act randomly too
+  (``learning_starts`` is never reached, so the learner only drains): MuJoCo's step cost depends on the
+  actions, up to 2x between random and saturated ones, and a changing policy would make every N simulate a
+  different workload (the inference part measures the policy's own cost). With ``--ingest generations``
+  the pipeline assembles generations (one slot from every collector), so over a long run every collector
+  goes at the slowest one's pace: ``lockstep`` is N x the slowest bare process, the ceiling of that design
+  on cores that are not uniform. ``--bare-sleep-ms``, ``--bare-bind`` and ``--bare-load`` give the bare
+  processes one condition of a collector each (idling after each step, numa_bind's CPU and memory binding,
+  busy learner CPUs), and ``--bare-collector`` steps them through a real ``Collector`` pushing into its
+  own ring (read back in the same process), to find what slows a collector's step
+  (``--bare-remote-reader``: into a production-sized ring that one other process on the learner's CPUs
+  drains, copying every slot out: a learner's drain alone). Every row also says where the stepping
+  processes' wall time went: on their CPU, runnable but waiting for it (``runq``: another thread of this
+  machine had it) and the CPU's ``steal`` (the hypervisor gave it to someone else).
+  ``--collector-spin-ms`` has a collector facing a full ring poll it that long before each back-off sleep
+  (``collector_spin_s``; ``--bare-spin-ms`` is its bare counterpart to ``--bare-sleep-ms``).
   ``--ingest ragged`` has the learner ingest each ring into its own env block instead of assembling
-  generations (``async_options.ingest``): no collector waits for the slowest one.
-  ``--shared-cpus`` lets every collector (and bare process) run on any of the collectors' CPUs instead
-  of one CPU each: a lockstep pipeline then moves at the cores' mean pace, not the slowest one's.
+  generations (``async_options.ingest``): no collector waits for the slowest one. ``--shared-cpus`` lets every
+  collector (and bare process) run on any of the collectors' CPUs instead of one CPU each: a lockstep
+  pipeline then moves at the cores' mean pace, not the slowest one's.
 * ceiling: only the bare processes of each N, under the ``--bare-*`` conditions (cheap diagnostics).
 * learner: updates/s of the ``humanoid`` task's ``FastSACAgent.update`` chunks alone against the same
   loop draining a host ring before every chunk while a producer process keeps it full (the ingest overhead).

@@ -40,7 +40,7 @@ if [[ $what == tests || $what == all ]]; then
   group async "$(cpus 3)" packages/fastsac-async/tests &
   group rest "$(cpus 4)" packages/numa-bind packages/topology apps tests &
   wait
-  grep -h -E "^(PASSED|FAILED|ERROR) |[0-9]+ (passed|failed)" "$out"/tests_*.log
+  grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |[0-9]+ (passed|failed)" "$out"/tests_*.log
 fi
 if [[ $what == bench || $what == all || $what == learner ]]; then
   # The headline's update, by what one CUDA graph covers (fastsac_core Note [Whole-step graphs]), on one

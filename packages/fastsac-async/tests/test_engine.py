@@ -187,7 +187,8 @@ def test_an_unknown_ingest_mode_is_refused_before_anything_starts(tmp_path: Path
     """An unknown ingest mode: AsyncConfigError naming the setting, the value and the modes."""
     spec = _spec(tmp_path, 1, 1, 10)
     spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, ingest="lockstep"))  # type: ignore[arg-type]
-    with pytest.raises(AsyncConfigError, match=r"ingest='lockstep' is not an ingest mode; use 'generations'"):
+    expected = r"ingest='lockstep' is not an ingest mode; use 'ragged' \(the default\) or 'generations'"
+    with pytest.raises(AsyncConfigError, match=expected):
         AsyncEngine(spec)
 
 

@@ -86,10 +86,16 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path, shared_obs: bool) -> N
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
-@pytest.mark.parametrize("capture", [False, True], ids=["ranks_without_graphs", "all_reduce_captured"])
-def test_two_nccl_ranks_match_one_gpu(tmp_path: Path, capture: bool) -> None:
+@pytest.mark.parametrize(
+    ("capture", "compile_"),
+    [(False, False), (True, False), (True, True)],
+    ids=["ranks_without_graphs", "all_reduce_captured", "all_reduce_captured_compiled"],
+)
+def test_two_nccl_ranks_match_one_gpu(tmp_path: Path, capture: bool, compile_: bool) -> None:
     """The same equivalence over NCCL on 2 GPUs (fp32) against 1 GPU; captured steps hold the all-reduce."""
-    cfg = tiny_config(batch_size=64, policy_frequency=2, amp=False, capture_all_reduce=capture)
+    cfg = tiny_config(
+        batch_size=64, policy_frequency=2, amp=False, capture_all_reduce=capture, compile=compile_
+    )
     args = (config_fields(cfg), CALLS, NUM_UPDATES, 7)
     ranks = _run_ranks(tmp_path, args, "cuda")
     run_ddp_rank(0, 1, str(tmp_path / "unused"), str(tmp_path / "single.pt"), *args, "cuda")

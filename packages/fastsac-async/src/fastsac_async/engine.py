@@ -153,8 +153,8 @@ class AsyncEngine:
             )
         if spec.options.ingest not in ("generations", "ragged"):
             raise AsyncConfigError(
-                f"async_options.ingest={spec.options.ingest!r} is not an ingest mode; use 'generations' "
-                "(the default) or 'ragged'"
+                f"async_options.ingest={spec.options.ingest!r} is not an ingest mode; use 'ragged' "
+                "(the default) or 'generations'"
             )
         profile_iterations()  # an invalid FASTSAC_PROFILE_LEARNER fails here, before anything starts
         self.spec = spec

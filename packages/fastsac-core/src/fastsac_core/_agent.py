@@ -194,6 +194,12 @@ class FastSACAgent:
         graphs = cuda and cfg.cudagraphs and not fp16_scaling and (world_size == 1 or cfg.capture_all_reduce)
         self._cudagraphs = graphs and self._fused_steps and cfg.compile and cfg.cudagraph_scope == "regions"
         self._step_graphs = graphs and cfg.cudagraph_scope == "step"
+        if cfg.capture_all_reduce and world_size > 1 and cuda and not self._step_graphs:
+            log.warning(
+                "capture_all_reduce=True has no effect: it needs cudagraphs=True, cudagraph_scope='step' "
+                "and no fp16 loss scaling (cudagraphs=%s, cudagraph_scope=%r, amp=%s, amp_dtype=%r)",
+                cfg.cudagraphs, cfg.cudagraph_scope, cfg.amp, cfg.amp_dtype,
+            )  # fmt: skip
 
         betas = (cfg.adam_beta1, cfg.adam_beta2)
         # Captured optimizer steps keep their step counts on the device (Note [Whole-step graphs]).
