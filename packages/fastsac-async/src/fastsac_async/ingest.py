@@ -94,20 +94,19 @@ def _staging(
     }
 
 
-def _extend_block(buffer: ReplayBuffer, block: int, fields: Shard) -> None:
-    """One ``extend_block`` from a field dict (``critic_obs`` absent: the buffer shares ``obs``)."""
-    buffer.extend_block(
-        block, fields["obs"], fields.get("critic_obs"), fields["actions"], fields["rewards"], fields["dones"],
-        fields["truncations"],
-    )  # fmt: skip
+def _extend(buffer: ReplayBuffer, fields: Shard, block: int | None = None) -> None:
+    """One ``extend_batch`` (or ``extend_block`` of ``block``) from a field dict.
 
-
-def _extend(buffer: ReplayBuffer, fields: Shard) -> None:
-    """One ``extend_batch`` from a field dict (``critic_obs`` absent: the buffer shares ``obs``)."""
-    buffer.extend_batch(
+    ``critic_obs`` absent: the buffer shares ``obs``.
+    """
+    values = (
         fields["obs"], fields.get("critic_obs"), fields["actions"], fields["rewards"], fields["dones"],
         fields["truncations"],
     )  # fmt: skip
+    if block is None:
+        buffer.extend_batch(*values)
+    else:
+        buffer.extend_block(block, *values)
 
 
 class Ingestor:
@@ -247,7 +246,7 @@ class Ingestor:
         if self._copy_stream is None or isinstance(reader.ring, CudaIpcRing):
             # CPU learner (a synchronous copy), or CUDA-IPC views (D2D on the compute stream, which
             # commit_reads orders its event after).
-            _extend_block(self.buffer, ring, views)
+            _extend(self.buffer, views, ring)
             reader.commit(k)
             return
         parity = self._ring_next[ring]
@@ -258,9 +257,7 @@ class Ingestor:
             staging[name][:k].copy_(view)
         reader.commit(k)  # the ring's slots are free once in pinned staging
         batch = {name: staged[:k] for name, staged in staging.items()}
-        self._ring_events[ring][parity] = self._on_copy_stream(
-            lambda: _extend_block(self.buffer, ring, batch)
-        )
+        self._ring_events[ring][parity] = self._on_copy_stream(lambda: _extend(self.buffer, batch, ring))
         self._ring_next[ring] = 1 - parity
 
     def _on_copy_stream(self, extend: Callable[[], None]) -> Any:

@@ -412,12 +412,6 @@ class FastSACAgent:
             return tuple(t.clone() for t in fn(*args))
         return tuple(fn(*args))
 
-    def _run_critic(self, batch: Batch, next_noise: Tensor) -> tuple[Tensor, ...]:
-        return self._run(self._critic_fn, batch, next_noise)
-
-    def _run_actor(self, batch: Batch, noise: Tensor) -> tuple[Tensor, ...]:
-        return self._run(self._actor_fn, batch, noise)
-
     def prepare(self, batch: Batch) -> Batch:
         """Update the normalizers with the batch's observations (merged over ranks) and normalise it."""
         batch = batch.to(self.device, non_blocking=True)
@@ -476,10 +470,14 @@ class FastSACAgent:
         critic_metrics, actor_metrics = [], []
         for i in range(num_updates):
             minibatch = batch.narrow(i * size, size)
-            critic_metrics.append(self._run_critic(minibatch, noise.next_actions.narrow(0, i * size, size)))
+            critic_metrics.append(
+                self._run(self._critic_fn, minibatch, noise.next_actions.narrow(0, i * size, size))
+            )
             # holosoma runs the actor when `i % policy_frequency == 1`; we count i over all calls.
             if self.update_idx % self.cfg.policy_frequency == 1 % self.cfg.policy_frequency:
-                actor_metrics.append(self._run_actor(minibatch, noise.actions.narrow(0, i * size, size)))
+                actor_metrics.append(
+                    self._run(self._actor_fn, minibatch, noise.actions.narrow(0, i * size, size))
+                )
             self.update_idx += 1
         qf_loss, alpha_loss, qf_max = (torch.stack(m) for m in zip(*critic_metrics, strict=True))
         if actor_metrics:
