@@ -1,5 +1,6 @@
 """Faults: a worker killed by SIGKILL or raising mid-run stops the run, bounded, named, clean."""
 
+import dataclasses
 import os
 import re
 import signal
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, WorkerFailed, run_engine
-from fastsac_async.testing import FailingEnvFactory, FakeEnvFactory, cpu_topology
+from fastsac_async.testing import FailingEnvFactory, FakeEnvFactory, LearnerFaultEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
 from shm_transport import list_segments
 
@@ -68,4 +69,34 @@ def test_raising_worker_leaves_its_traceback(tmp_path: Path) -> None:
     assert failure.worker.startswith("collector") and failure.exitcode == 1
     text = failure.error_log.read_text()
     assert "Traceback" in text and "env exploded at step 12" in text
+    assert not [s for s in list_segments() if s.creator_pid == os.getpid()]
+
+
+@pytest.mark.slow
+def test_the_failing_learner_is_named_not_the_peer_its_failure_broke(tmp_path: Path) -> None:
+    """Learner 1 raises mid-run, then unwinds slowly: it is named within 10 s of its failure, nothing left.
+
+    Its teardown takes 2 x 10 s (one slow close per ring of its 2 collectors, as CUDA-IPC consumers wait for their
+    producers), and its failure breaks learner 0's next collective, which then fails too: the run
+    must name the cause, and at once, not once the cause has finished unwinding.
+    """
+    mark = tmp_path / "failed_at"
+    factory = LearnerFaultEnvFactory(
+        step_delay_s=0.002, rank=1, fail_at_update=4, slow_teardown_s=10.0, mark_file=str(mark)
+    )
+    spec = _spec(tmp_path, factory)
+    spec = dataclasses.replace(
+        spec,
+        topology=cpu_topology(num_envs=8, num_collectors=4, num_learners=2, batch_size=16),
+        options=dataclasses.replace(spec.options, num_collectors=4, num_learners=2),
+        rendezvous_timeout_s=60.0,
+    )
+    with pytest.raises(WorkerFailed) as info:
+        run_engine(spec)
+    named_after = time.time() - float(mark.read_text())
+    failure = info.value
+    assert failure.worker == "learner1", str(failure)
+    assert failure.exitcode in (1, None), "exited 1, or was still unwinding when named"
+    assert named_after < 10.0 + spec.shutdown_timeout_s, "named and stopped within the bound"
+    assert "update 4 failed (injected)" in failure.error_log.read_text(), "its traceback, even if cut short"
     assert not [s for s in list_segments() if s.creator_pid == os.getpid()]

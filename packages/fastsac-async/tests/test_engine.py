@@ -5,7 +5,9 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from fastsac_async import engine as engine_module
 from fastsac_async.config import AsyncOptions
@@ -13,7 +15,7 @@ from fastsac_async.control import Control
 from fastsac_async.engine import AsyncEngine, EngineStats, run_engine
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads, rendezvous_file
-from fastsac_async.testing import FakeEnvFactory, cpu_topology
+from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
 from fastsac_async.workers import collector_settings
 from fastsac_core import FastSACAgent, FastSACConfig, peek_checkpoint, save_checkpoint
 from topology import LearnerPlacement
@@ -76,7 +78,7 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
         shard,
         "policy on cpu built and warmed up (compiled: False)",
         "ring and weight slots received from the learner",
-        "initial weights loaded",
+        "initial weights loaded (version 1)",
         "released (every worker ready)",
     ], "the policy warms up before the slots arrive"
 
@@ -248,3 +250,26 @@ def test_a_stale_rendezvous_file_does_not_break_the_next_two_learner_run(tmp_pat
     spec = dataclasses.replace(_spec(tmp_path, 2, 2, 12), time_limit_s=120.0, rendezvous_timeout_s=30.0)
     result = run_engine(spec)
     assert result.stop_reason == "completed" and result.collector_steps == [12, 12]
+
+
+@pytest.mark.slow
+def test_resumed_collectors_act_with_the_checkpoints_actor_from_their_first_step(tmp_path: Path) -> None:
+    """On a resume every collector's first action comes from the checkpoint's actor, not a random one.
+
+    The checkpoint's actor saturates every action at +1 (zero weights into the heads, a large mean
+    bias, the smallest spread); a random-initialised actor's actions straddle 0.
+    """
+    factory = FirstActionsEnvFactory(folder=str(tmp_path))
+    spec = dataclasses.replace(_spec(tmp_path / "run", 2, 1, 40), env_factory=factory)
+    agent = FastSACAgent(spec.dims, CFG, "cpu", num_envs=8)
+    with torch.no_grad():
+        agent.actor.fc_mean.bias.fill_(20.0)
+        agent.actor.fc_log_std.bias.fill_(-20.0)
+    saved = save_checkpoint(
+        checkpoint_file(tmp_path / "stopped", 5), agent,
+        extra={"iteration": 5, "updates": 6, "collector_steps": [5, 5]},
+    )  # fmt: skip
+    run_engine(dataclasses.replace(spec, resume_from=saved, time_limit_s=120.0))
+    for seed in (spec.seed, spec.seed + 1):
+        first = np.load(tmp_path / f"first_actions_{seed}.npy")
+        assert first.shape == (4, 2) and (first > 0.99).all(), first

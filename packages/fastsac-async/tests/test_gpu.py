@@ -1,5 +1,6 @@
 """CUDA paths (run on the GPU machine): pinned staging + copy stream, CUDA-IPC rings, NCCL learners."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,73 @@ def test_two_nccl_learners(tmp_path: Path) -> None:
                       run_dir=tmp_path)  # fmt: skip
     result = run_engine(spec)
     assert result.collector_steps == [40, 40] and result.updates == 2 * (40 - 3 + 1)
+
+
+def test_every_slot_of_a_delayed_ipc_copy_reaches_the_replay_before_done() -> None:
+    """A collector's last push over CUDA IPC lands in the replay before its learner votes done.
+
+    The producer's copy stream sleeps about a second before the last push's copy, so that push's
+    cursor is published late; the learner must not stop with it in flight.
+    """
+    from fastsac_async.collective import SoloCollective
+    from fastsac_async.collector import Collector, CollectorSettings
+    from fastsac_async.decider import TrainDecider
+    from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+    from fastsac_core import FastSACAgent, InferencePolicy
+    from shm_transport import HostWeightReader, HostWeightWriter, WeightChannel
+    from shm_transport._layout import FieldSpec
+
+    budget, envs = 6, 4
+    cfg = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=8,
+                        buffer_size=16, num_updates=1, learning_starts=2, compile=False, cudagraphs=False,
+                        amp=False)  # fmt: skip
+    env = FakeBatchedEnv(envs, seed=1)
+    layout = transition_layout(envs, OBS, OBS + 1, ACT)
+    cursors = RingCursors.create(8)
+    consumer = CudaIpcRing.create_consumer(layout, 8, "cuda:0", cursors.handle)
+    producer = CudaIpcRing.attach_producer(consumer.producer_handle())
+    agent = FastSACAgent(env.dims, cfg, "cuda:0", num_envs=envs, env_blocks=[envs])
+    extras = {"obs_mean": FieldSpec((OBS,), torch.float32), "obs_std": FieldSpec((OBS,), torch.float32),
+              "obs_count": FieldSpec((1,), torch.float32)}  # fmt: skip
+    channel = WeightChannel.create(agent.actor_param_numel(), extras)
+    try:
+        collector = Collector(
+            settings=CollectorSettings(index=0, budget=budget, learning_starts=2, resume=False,
+                                       weight_poll_interval=1, idle_sleep_s=0.0, stats_interval=5),
+            env=env, ring=producer, weights=HostWeightReader(channel), policy=InferencePolicy(env.dims, cfg),
+        )  # fmt: skip
+        learner = Learner(
+            rank=0, agent=agent, rings=[consumer], writers=[HostWeightWriter(channel)],
+            decider=TrainDecider(SoloCollective(), num_collectors=1, num_updates=1, learning_starts=2,
+                                 utd_mode="learner_bound"),
+            settings=LearnerSettings(num_updates=1, weight_publish_interval=1, max_ingest_per_iter=8,
+                                     idle_sleep_s=0.0, logging_interval=5, save_interval=0,
+                                     ragged_ingest=True),
+            hooks=LearnerHooks(collector_steps=lambda: collector.steps,
+                               collectors_finished=lambda: collector.finished, stop_requested=lambda: False),
+        )  # fmt: skip
+        learner.publish(wait=True)
+        push = producer.push
+
+        def delayed_last_push(fields: dict[str, torch.Tensor]) -> bool:
+            if collector.steps == budget - 1:
+                with torch.cuda.stream(producer._stream):  # type: ignore[arg-type]
+                    torch.cuda._sleep(2_000_000_000)  # about a second of GPU cycles before the copy
+            return push(fields)
+
+        producer.push = delayed_last_push  # type: ignore[method-assign]
+        while not collector.finished:
+            collector.step_once()
+            learner.run_iteration()
+        deadline = time.monotonic() + 30
+        while learner.run_iteration():
+            assert time.monotonic() < deadline, "the learner never finished"
+        assert agent.buffer.block_written == (budget,), "every pushed slot reached the replay"
+        assert consumer.size() == 0
+    finally:
+        producer.close()
+        consumer.close()
+        channel.close()
+        channel.unlink()
+        cursors.close()
+        cursors.unlink()

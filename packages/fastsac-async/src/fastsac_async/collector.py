@@ -123,6 +123,30 @@ class Collector:
             self.lag = self.weights.lag
         self._on_gauges(self.version, self.lag, self.ring.size())
 
+    def wait_for_weights(self, timeout_s: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Poll until the learner's first weights are loaded; False if ``should_stop()`` came first.
+
+        The learner publishes its initial weights (a resumed run's included) before it ships the
+        slots, so the first poll normally finds them; waiting makes the first action come from the
+        learner's actor whatever the timing, never from this process's random initialisation.
+
+        Raises:
+            TimeoutError: No weights arrived within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        self.poll_weights()
+        while self.weights is not None and self.version == 0:
+            if should_stop():
+                return False
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"collector{self.settings.index} got no weights from its learner within {timeout_s:g} s "
+                    "(async_options.boot_timeout_s); read the learner's log"
+                )
+            time.sleep(0.002)
+            self.poll_weights()
+        return True
+
     def _own_critic_obs(self, critic_obs: np.ndarray) -> Tensor | None:
         return None if self._shared_obs else torch.from_numpy(np.array(critic_obs, dtype=np.float32))
 
@@ -170,6 +194,11 @@ class Collector:
         self._episodes += len(result.episode_returns)
         self.steps += 1
         self._window_steps += 1
+        if self.finished:
+            # The learner may vote done once every collector's count reached the budget and its rings
+            # look empty: the last slot must be visible to it by then (a device ring publishes a push
+            # only once its copy has landed).
+            self.ring.flush()
         self._on_steps(self.steps)
         if self.steps % self.settings.weight_poll_interval == 0:
             self.poll_weights()

@@ -15,6 +15,14 @@ hands it to every worker at spawn. Fields and their only writer:
                                         to arrive for the run's result to know its last checkpoint
     collector i: steps, weight_version, policy_lag, ring_fill      collector i
     learner r: done      learner r
+    failed w             worker w       CLOCK_MONOTONIC ns + 1 when it raised (0: has not), written
+                                        the moment the exception leaves its body, before it closes
+                                        anything: the parent learns of a failure at once, however
+                                        long the worker then takes to unwind (a CUDA-IPC consumer
+                                        waits for its producers). Worker slots: collectors 0..C-1,
+                                        then learners C..C+L-1. CLOCK_MONOTONIC is one clock for
+                                        every process of the host, so the earliest flag is the
+                                        first failure (Note [naming the failed worker] in engine).
 
 Aligned 8-byte stores and loads are single-copy atomic on x86-64 and a single writer needs no
 read-modify-write, so no lock is taken anywhere (a dead lock holder cannot block the run).
@@ -22,6 +30,9 @@ read-modify-write, so no lock is taken anywhere (a dead lock holder cannot block
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -47,7 +58,8 @@ class Control:
     def __init__(self, num_collectors: int, num_learners: int) -> None:
         self.num_collectors = num_collectors
         self.num_learners = num_learners
-        size = _HEADER + _PER_COLLECTOR * num_collectors + num_learners
+        self._failed_at = _HEADER + _PER_COLLECTOR * num_collectors + num_learners
+        size = self._failed_at + num_collectors + num_learners
         self._tensor = torch.zeros(size, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._view: npt.NDArray[np.int64] = self._tensor.numpy()
 
@@ -59,6 +71,7 @@ class Control:
         self.num_learners = state["l"]
         self._tensor = state["t"]
         self._view = self._tensor.numpy()
+        self._failed_at = _HEADER + _PER_COLLECTOR * self.num_collectors + self.num_learners
 
     def _c(self, index: int, field: int) -> int:
         return _HEADER + _PER_COLLECTOR * index + field
@@ -152,3 +165,46 @@ class Control:
     def learner_done(self, rank: int) -> bool:
         """True once learner ``rank`` finished its loop."""
         return bool(self._view[_HEADER + _PER_COLLECTOR * self.num_collectors + rank])
+
+    # Worker-written: failures.
+    def collector_slot(self, index: int) -> int:
+        """Worker slot of collector ``index`` (for :meth:`reporting_failure`)."""
+        return index
+
+    def learner_slot(self, rank: int) -> int:
+        """Worker slot of learner ``rank`` (for :meth:`reporting_failure`)."""
+        return self.num_collectors + rank
+
+    def mark_failed(self, slot: int) -> None:
+        """Worker ``slot`` failed now (that worker only; the first mark stays)."""
+        if not self._view[self._failed_at + slot]:
+            self._view[self._failed_at + slot] = time.monotonic_ns() + 1
+
+    def failures(self) -> dict[int, int]:
+        """Worker slot -> CLOCK_MONOTONIC ns of its failure, for every worker that marked one."""
+        count = self.num_collectors + self.num_learners
+        marks = self._view[self._failed_at : self._failed_at + count]
+        return {slot: int(mark) - 1 for slot, mark in enumerate(marks) if mark}
+
+    @contextmanager
+    def reporting_failure(
+        self,
+        slot: int,
+        *,
+        record: Callable[[BaseException], None] = lambda exc: None,
+        ignore: tuple[type[BaseException], ...] = (),
+    ) -> Iterator[None]:
+        """Record and mark worker ``slot``'s failure the moment an exception leaves the block, then re-raise.
+
+        Enter it innermost, inside whatever the worker closes on its way out, so the traceback
+        (``record``) and the mark come before any of that unwinding. A clean ``SystemExit`` and the
+        ``ignore`` types are not failures.
+        """
+        try:
+            yield
+        except BaseException as exc:
+            clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
+            if not clean_exit and not isinstance(exc, ignore):
+                record(exc)
+                self.mark_failed(slot)
+            raise

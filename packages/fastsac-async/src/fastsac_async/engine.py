@@ -43,7 +43,7 @@ from fastsac_async.spec import (
     weight_extras,
 )
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot, aggregate_collectors
-from fastsac_async.supervisor import Supervisor
+from fastsac_async.supervisor import Supervisor, WorkerExit
 from fastsac_async.workers import run_collector, run_learner
 from fastsac_core import build_actor, peek_checkpoint
 from numa_bind import bound_for_child
@@ -59,6 +59,9 @@ from shm_transport import (
 __all__ = ["AsyncEngine", "EngineResult", "EngineStats", "StopReason", "run_engine"]
 
 _log = logging.getLogger(__name__)
+
+_MARKED_EXIT_WAIT_S = 2.0
+"""Longest wait for a worker that marked its failure to exit, so its exit code can be named."""
 
 _FINAL_SNAPSHOT_WAIT_S = 2.0
 """Longest wait, once every learner is done, for the snapshot that names the final checkpoint."""
@@ -248,7 +251,7 @@ class AsyncEngine:
                             dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
                             on_boot)  # fmt: skip
             try:
-                self._boot(sup, handshake, on_boot, should_stop)
+                self._boot(sup, control, handshake, on_boot, should_stop)
             except HandshakeAborted:  # a stop request before every worker was ready (Ctrl+C at boot)
                 _log.info("stop requested during start-up: nothing was trained")
                 return EngineResult(
@@ -289,14 +292,45 @@ class AsyncEngine:
         sup.spawn(name, target, kwargs, threads=threads, placement=placement)
         on_boot(name, "booting")
 
-    def _fail_on_exit(self, sup: Supervisor, allow_clean_exit: bool) -> None:
-        for exit_ in sup.new_exits():
-            if exit_.exitcode != 0 or not allow_clean_exit:
-                raise sup.failure(exit_)
+    def _worker_of_slot(self, slot: int) -> str:
+        collectors = len(self._collectors)
+        return self._collectors[slot] if slot < collectors else self._learners[slot - collectors]
+
+    def _first_failure(
+        self, sup: Supervisor, control: Control, exits: list[WorkerExit], detail: str = ""
+    ) -> WorkerFailed | None:
+        """The failed worker to name, if any (Note [naming the failed worker]); None while none failed.
+
+        # Note [naming the failed worker]
+        A worker marks its failure in ``Control`` the moment an exception leaves its body, before it
+        unwinds (a CUDA-IPC learner's teardown waits for its collectors, and would hide the failure
+        for as long). One failure often causes others: a dead learner makes its peers' collectives
+        fail, and they raise too. So the worker named is, in order: one that exited non-zero without
+        a mark (killed by a signal, or dead before it could mark: nothing it did can have been caused
+        by a marked failure), else the earliest mark (one host-wide clock). Before naming a mark the
+        parent asks every worker to stop and waits (bounded) for the marked worker's exit, so the
+        message carries its exit code and any unmarked death that came first has been seen.
+        """
+        marks = control.failures()
+        dead = [e for e in exits if e.exitcode != 0]
+        unmarked = [e for e in dead if e.name not in {self._worker_of_slot(s) for s in marks}]
+        if unmarked:
+            return sup.failure(unmarked[0], detail)
+        if not marks:
+            return sup.failure(dead[0], detail) if dead else None
+        name = self._worker_of_slot(min(marks, key=lambda slot: marks[slot]))
+        control.request_stop()
+        sup.join([name], time.monotonic() + _MARKED_EXIT_WAIT_S)
+        later = [e for e in sup.new_exits() if e.exitcode != 0]
+        unmarked = [e for e in later if e.name not in {self._worker_of_slot(s) for s in control.failures()}]
+        if unmarked:
+            return sup.failure(unmarked[0], detail)
+        return sup.failure(WorkerExit(name, sup.exitcode(name)), detail)
 
     def _boot(
         self,
         sup: Supervisor,
+        control: Control,
         handshake: StartupHandshake,
         on_boot: Callable[[str, str], None],
         should_stop: Callable[[], bool],
@@ -305,8 +339,9 @@ class AsyncEngine:
         dead: list[WorkerFailed] = []
 
         def abort() -> bool:
-            for exit_ in sup.new_exits():
-                dead.append(sup.failure(exit_, "during start-up"))
+            failure = self._first_failure(sup, control, sup.new_exits(), "during start-up")
+            if failure is not None:
+                dead.append(failure)
             return bool(dead) or should_stop()
 
         def ready(worker: str) -> None:
@@ -370,10 +405,13 @@ class AsyncEngine:
 
         while True:
             sup.wait(0.05)
-            for exit_ in sup.new_exits():
-                learner_exit = exit_.name in self._learners
-                if exit_.exitcode != 0 or (learner_exit and not control.learner_done(int(exit_.name[7:]))):
-                    raise sup.failure(exit_)
+            exits = sup.new_exits()
+            failure = self._first_failure(sup, control, exits)
+            if failure is not None:
+                raise failure
+            for exit_ in exits:
+                if exit_.name in self._learners and not control.learner_done(int(exit_.name[7:])):
+                    raise sup.failure(exit_)  # exited 0 before its loop was done
             forward()
             if all(control.learner_done(r) for r in range(spec.num_learners)):
                 last_checkpoint = self._final_checkpoint(control, reported, forward)

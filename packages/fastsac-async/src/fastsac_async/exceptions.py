@@ -61,7 +61,7 @@ class BootTimeoutError(AsyncEngineError):
 def describe_exit(exitcode: int | None) -> str:
     """Human words for a process exit code (``exited with code 1``, ``was killed by signal 9 (SIGKILL)``)."""
     if exitcode is None:
-        return "disappeared (exit status unknown)"
+        return "failed (exit status not known yet: it was still shutting down)"
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name

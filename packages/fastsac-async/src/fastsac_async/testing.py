@@ -24,6 +24,8 @@ __all__ = [
     "FailingEnvFactory",
     "FakeBatchedEnv",
     "FakeEnvFactory",
+    "FirstActionsEnvFactory",
+    "LearnerFaultEnvFactory",
     "cpu_topology",
     "failing_worker",
     "orphaning_parent",
@@ -188,6 +190,85 @@ class FailingEnvFactory:
     def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
         """Build the env."""
         return _FailingEnv(num_envs, seed, self.fail_at_step)
+
+
+@dataclass(frozen=True)
+class LearnerFaultEnvFactory(FakeEnvFactory):
+    """A :class:`FakeEnvFactory` that also makes learner ``rank`` raise at its ``fail_at_update``-th update.
+
+    Every worker unpickles the engine spec, and with it this factory: unpickled in the process named
+    ``learner<rank>``, it makes ``FastSACAgent.update`` raise there (a real failure mid-run of one
+    learner, for supervision tests). Nothing changes in any other process.
+    """
+
+    rank: int = 0
+    """Learner rank that fails."""
+    fail_at_update: int = 3
+    """Its update call that raises."""
+    slow_teardown_s: float = 0.0
+    """After the failure, each ring close in that learner first sleeps this long (a teardown that
+    waits, as a CUDA-IPC consumer waits for its producer)."""
+    mark_file: str = ""
+    """If set, the failing learner writes ``time.time()`` of its failure there."""
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+        import multiprocessing
+
+        if multiprocessing.current_process().name == f"learner{self.rank}":
+            _fail_agent_update_at(self)
+
+
+def _fail_agent_update_at(fault: LearnerFaultEnvFactory) -> None:
+    from fastsac_core import FastSACAgent
+    from shm_transport import HostRing
+
+    original = FastSACAgent.update
+    close = HostRing.close
+    calls = [0]
+
+    def update(agent: FastSACAgent, *args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] >= fault.fail_at_update:
+            if fault.mark_file:
+                Path(fault.mark_file).write_text(repr(time.time()))
+            HostRing.close = slow_close  # type: ignore[method-assign]
+            raise RuntimeError(f"learner{fault.rank} update {calls[0]} failed (injected)")
+        return original(agent, *args, **kwargs)  # type: ignore[arg-type]
+
+    def slow_close(ring: HostRing) -> None:
+        time.sleep(fault.slow_teardown_s)
+        close(ring)
+
+    FastSACAgent.update = update  # type: ignore[method-assign, assignment]
+
+
+@dataclass(frozen=True)
+class FirstActionsEnvFactory(FakeEnvFactory):
+    """A :class:`FakeEnvFactory` whose envs write the actions of their first step to ``folder``.
+
+    The file is ``first_actions_<seed>.npy`` (the collector's seed), written once.
+    """
+
+    folder: str = ""
+    """Where the files go."""
+
+    def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
+        """Build the env."""
+        return _FirstActionsEnv(num_envs, seed, Path(self.folder) / f"first_actions_{seed}.npy")
+
+
+class _FirstActionsEnv(FakeBatchedEnv):
+    def __init__(self, num_envs: int, seed: int, path: Path) -> None:
+        super().__init__(num_envs, seed, step_delay_s=0.002)
+        self._path: Path | None = path
+
+    def step(self, actions: F32) -> StepResult:
+        if self._path is not None:
+            np.save(self._path, actions)
+            self._path = None
+        return super().step(actions)
 
 
 def sleeping_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, seconds: float) -> None:

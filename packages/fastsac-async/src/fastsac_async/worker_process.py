@@ -31,7 +31,14 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["BootTimeline", "error_log_path", "log_path", "worker_environment", "worker_process"]
+__all__ = [
+    "BootTimeline",
+    "error_log_path",
+    "log_path",
+    "record_failure",
+    "worker_environment",
+    "worker_process",
+]
 
 _PR_SET_PDEATHSIG = 1
 _log = logging.getLogger(__name__)
@@ -117,6 +124,24 @@ def _redirect_output(path: Path) -> None:
     )
 
 
+_recorded: list[BaseException] = []
+"""Failures whose traceback this process already wrote (a worker records its failure before it unwinds)."""
+
+
+def record_failure(run_dir: Path, name: str, exc: BaseException) -> None:
+    """Write ``exc``'s traceback to the worker's error log and its log, now (once per exception).
+
+    A worker calls it the moment its body raises, before it closes anything: a teardown that is cut
+    short (the parent terminates a worker that takes too long) still leaves the traceback.
+    """
+    path = error_log_path(run_dir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(traceback.format_exception(exc))
+    path.write_text(f"{name} (pid {os.getpid()}) failed:\n{text}")
+    _log.error("%s failed; traceback written to %s\n%s", name, path, text.rstrip())
+    _recorded.append(exc)
+
+
 @contextlib.contextmanager
 def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -> Iterator[None]:
     """Run a worker body with the lifecycle rules of this module.
@@ -139,10 +164,8 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
     except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
-        path = error_log_path(run_dir, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{name} (pid {os.getpid()}) failed:\n{traceback.format_exc()}")
-        _log.exception("%s failed; traceback written to %s", name, path)
+        if exc not in _recorded:
+            record_failure(run_dir, name, exc)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

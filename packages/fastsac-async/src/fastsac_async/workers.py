@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from fastsac_async.spec import (
     ring_layout,
 )
 from fastsac_async.stats import offer
-from fastsac_async.worker_process import BootTimeline, worker_process
+from fastsac_async.worker_process import BootTimeline, record_failure, worker_process
 from fastsac_core import FastSACAgent, InferencePolicy, load_checkpoint
 from numa_bind import bind_current_process
 from shm_transport import (
@@ -123,7 +124,15 @@ def run_collector(
         place = spec.topology.collectors[index]
         _bind(place.cpus, place.numa_node)
         _seed(spec.seed + index)
-        with contextlib.ExitStack() as cleanup:  # on exit, in reverse: ring, weights, channel, env
+        # On exit, in reverse: ring, weights, channel, env; a failure is marked before any of it.
+        with (
+            contextlib.ExitStack() as cleanup,
+            control.reporting_failure(
+                control.collector_slot(index),
+                record=functools.partial(record_failure, run_dir, name),
+                ignore=(HandshakeAborted,),
+            ),
+        ):
             env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
             cleanup.callback(env.close)
             boot.mark(f"env shard of {env.num_envs} envs built")
@@ -164,8 +173,11 @@ def run_collector(
                 ),
                 on_snapshot=lambda snap: _send(stats_queue, snap),
             )
-            collector.poll_weights()
-            boot.mark("initial weights loaded")
+            if not collector.wait_for_weights(
+                spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
+            ):
+                raise HandshakeAborted(f"{name}: stop requested while waiting for the initial weights")
+            boot.mark(f"initial weights loaded (version {collector.version})")
             handshake.report_ready(name)
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
@@ -279,8 +291,21 @@ def run_learner(
         )
         rings: list[TransitionRing] = []
         writers: list[WeightWriter] = []
-        channels: list[WeightChannel] = []
-        try:
+        with (
+            contextlib.ExitStack() as cleanup,
+            control.reporting_failure(
+                control.learner_slot(rank),
+                record=functools.partial(record_failure, run_dir, name),
+                ignore=(HandshakeAborted,),
+            ),
+        ):
+            # Runs last on the way out (first registered): the group outlives the rings' teardown.
+            if spec.num_learners > 1:
+                cleanup.callback(_destroy_process_group)
+            ring_closers: list[Callable[[float], None]] = []
+            channels: list[WeightChannel] = []
+            cleanup.callback(_close_transport, writers, ring_closers, channels, spec.shutdown_timeout_s)
+            payloads: list[tuple[str, dict[str, object]]] = []
             for c in own:
                 layout = ring_layout(spec.dims, c.env_stop - c.env_start)
                 handle = ring_handles[c.index]
@@ -291,6 +316,7 @@ def run_learner(
                             layout, spec.options.ring_capacity, device, handle.cursors
                         )
                         rings.append(ipc)
+                        ring_closers.append(functools.partial(_close_ipc_consumer, ipc))
                         ring_payload = ipc.producer_handle()
                     except CudaIpcUnavailable as error:
                         _log.warning(
@@ -299,7 +325,9 @@ def run_learner(
                         handle = handle.fallback
                 if ring_payload is None:
                     assert isinstance(handle, HostRingHandle)
-                    rings.append(HostRing.attach(handle))
+                    host = HostRing.attach(handle)
+                    rings.append(host)
+                    ring_closers.append(functools.partial(_close_host_ring, host))
                     ring_payload = handle
                 channel = WeightChannel.attach(weight_handles[c.index])
                 channels.append(channel)
@@ -316,7 +344,7 @@ def run_learner(
                 if weights_payload is None:
                     writers.append(HostWeightWriter(channel))
                     weights_payload = weight_handles[c.index]
-                handshake.ship(collector_name(c.index), {"ring": ring_payload, "weights": weights_payload})
+                payloads.append((collector_name(c.index), {"ring": ring_payload, "weights": weights_payload}))
             indices = [c.index for c in own]
             budget = spec.num_iterations
             learner = Learner(
@@ -358,8 +386,12 @@ def run_learner(
                 process_group=None,
             )
             learner.resume_at(start_gstep, start_updates)
+            # Weights first, then the slots: a collector's first poll finds the learner's actor (the
+            # checkpoint's, on a resume), never nothing.
             learner.publish(wait=True)
-            boot.mark(f"slots shipped to {len(own)} collector(s), initial weights published")
+            for collector, payload in payloads:
+                handshake.ship(collector, payload)
+            boot.mark(f"initial weights published, slots shipped to {len(own)} collector(s)")
             handshake.report_ready(name)
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
@@ -375,15 +407,39 @@ def run_learner(
             deadline = time.monotonic() + spec.shutdown_timeout_s
             while not control.learners_released and time.monotonic() < deadline:
                 time.sleep(0.02)
-        finally:
-            for writer in writers:
-                writer.close()
-            for ring in rings:
-                ring.close()
-            for channel in channels:
-                channel.close()
-            if spec.num_learners > 1:
-                import torch.distributed as dist
 
-                with contextlib.suppress(Exception):
-                    dist.destroy_process_group()
+
+def _close_transport(
+    writers: list[WeightWriter],
+    ring_closers: list[Callable[[float], None]],
+    channels: list[WeightChannel],
+    timeout_s: float,
+) -> None:
+    """Close a learner's writers, rings and channels, its rings within one shared deadline.
+
+    A CUDA-IPC consumer waits for its producer (collector) to detach before it frees the slots (Note
+    [CUDA-IPC teardown order]); each ring closer gets what is left of one deadline, so a learner's
+    teardown is bounded by ``timeout_s`` whatever its ring count.
+    """
+    for writer in writers:
+        writer.close()
+    deadline = time.monotonic() + timeout_s
+    for close in ring_closers:
+        close(max(0.0, deadline - time.monotonic()))
+    for channel in channels:
+        channel.close()
+
+
+def _close_ipc_consumer(ring: CudaIpcRing, timeout_s: float) -> None:
+    ring.close(timeout_s=timeout_s)
+
+
+def _close_host_ring(ring: HostRing, timeout_s: float) -> None:
+    ring.close()
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()

@@ -47,11 +47,15 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
+    # The payload may have been loaded onto the agent's CUDA device (``map_location``), but RNG states
+    # are CPU byte tensors whatever the device they seed.
+    torch.set_rng_state(state["torch"].cpu())
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # A checkpoint of a host with more GPUs than this one seeds the devices this host has.
+        for index, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state.cpu(), index)
     npy = state["numpy"]
-    keys = npy["keys"].numpy().astype(np.uint32)
+    keys = npy["keys"].cpu().numpy().astype(np.uint32)
     np.random.set_state((npy["kind"], keys, npy["pos"], npy["has_gauss"], npy["cached"]))
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))

@@ -242,6 +242,9 @@ class HostRing(BlockingRingOps):
         words[COUNTER_A] = write + 1
         return True
 
+    def flush(self) -> None:
+        """Nothing to wait for: ``push`` publishes each slot before it returns."""
+
     def _raise_bad_fields(self, fields: Mapping[str, Any]) -> NoReturn:
         expected = {name: (self._layout.num_envs, *spec.shape) for name, spec in self._layout.fields}
         seen = {name: tuple(getattr(value, "shape", ())) for name, value in fields.items()}

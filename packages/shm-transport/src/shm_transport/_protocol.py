@@ -48,6 +48,14 @@ class TransitionRing(Protocol):
         """Whether a push would return False now."""
         ...
 
+    def flush(self) -> None:
+        """Producer: wait until every pushed slot is visible to the consumer (its cursor published).
+
+        A host ring publishes each push at once; a device ring publishes a push once its copy has
+        landed, so a producer that announces "all pushed" elsewhere flushes first.
+        """
+        ...
+
     def size(self) -> int:
         """Slots written and not yet committed as read."""
         ...
