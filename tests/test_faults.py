@@ -76,9 +76,9 @@ def test_raising_worker_leaves_its_traceback(tmp_path: Path) -> None:
 def test_the_failing_learner_is_named_not_the_peer_its_failure_broke(tmp_path: Path) -> None:
     """Learner 1 raises mid-run, then unwinds slowly: it is named within 10 s of its failure, nothing left.
 
-    Its teardown takes 2 x 10 s (one slow close per ring of its 2 collectors, as CUDA-IPC consumers wait for their
-    producers), and its failure breaks learner 0's next collective, which then fails too: the run
-    must name the cause, and at once, not once the cause has finished unwinding.
+    Its teardown takes 2 x 10 s (one slow close per ring of its 2 collectors, as CUDA-IPC consumers
+    wait for their producers), and its failure breaks learner 0's next collective, which then fails
+    too: the run must name the cause, and at once, not once the cause has finished unwinding.
     """
     mark = tmp_path / "failed_at"
     factory = LearnerFaultEnvFactory(
