@@ -1,5 +1,8 @@
 """Repository-wide test guards: no test may leave a child process or a /dev/shm segment behind.
 
+Only what this test session made is judged: its own child processes, and the segments named with its
+own ``SHMTX_PREFIX`` (never another process's).
+
 Uses only the standard library (it also runs for ``uv run --exact --package <name>``), and
 skips ``gpu``-marked tests where no CUDA device is visible.
 """
@@ -21,32 +24,14 @@ import pytest
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 _SHM = Path("/dev/shm")
-# Kernel/library entries that are not ours: POSIX semaphores of multiprocessing, and the CUDA driver's
-# own IPC bookkeeping (``cuda.shm.<uid>.<id>.<n>``, created by the first CUDA-IPC export of a process).
-_FOREIGN_SHM_PREFIXES = ("sem.", "cuda.shm.")
-
-
-def _creator_pid(name: str) -> int | None:
-    """The creator pid encoded in a segment name (``shmtx-<pid>-<hex>``, torch's ``torch_<pid>_...``)."""
-    for sep, prefix in (("-", "shmtx"), ("_", "torch")):
-        parts = name.split(sep)
-        if len(parts) >= 3 and parts[0] == prefix and parts[1].isdigit():
-            return int(parts[1])
-    return None
-
-
-def _is_foreign(name: str, ours: set[int]) -> bool:
-    """True for a segment whose creator is alive and outside this test process tree.
-
-    Several sessions may share one machine; their live segments are none of this test's business,
-    and removing them would break them.
-    """
-    pid = _creator_pid(name)
-    if pid is None or not Path(f"/proc/{pid}").exists():
-        return False
-    # torch's CUDA-IPC reference-count files are torch's to release (when the last storage that
-    # crossed processes is freed), even in this very process: removing them breaks torch.
-    return name.startswith("torch_") or pid not in ours
+# Every shm-transport segment made by this session's processes (the test process and everything it
+# starts, which inherit the variable) carries this session's own name prefix. The guard judges only
+# those: a segment of another process on the machine (a training run, another test session, a
+# container sharing /dev/shm) is never reported and never removed, whatever its creator's state.
+# The engines' start-up sweep likewise only sweeps this prefix. torch's own files (``torch_<pid>_*``,
+# CUDA-IPC reference counts) are torch's to release and are not judged here.
+SESSION_PREFIX = f"shmtx-test{os.getpid()}-"
+os.environ["SHMTX_PREFIX"] = SESSION_PREFIX
 
 
 # Session-long helpers that libraries start on first use, as children of the test process. Killing one
@@ -64,8 +49,9 @@ def _is_session_daemon(pid: int) -> bool:
 
 
 def _shm_entries() -> set[str]:
+    """This session's shm-transport segments in /dev/shm."""
     try:
-        return {p.name for p in _SHM.iterdir() if not p.name.startswith(_FOREIGN_SHM_PREFIXES)}
+        return {p.name for p in _SHM.iterdir() if p.name.startswith(SESSION_PREFIX)}
     except FileNotFoundError:
         return set()
 
@@ -114,8 +100,7 @@ def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         leaked_procs = {
             pid for pid in _children(os.getpid()) - children_before if not _is_session_daemon(pid)
         }
-        ours = {os.getpid()} | _children(os.getpid())
-        leaked_shm = {n for n in _shm_entries() - shm_before if not _is_foreign(n, ours)}
+        leaked_shm = _shm_entries() - shm_before
         if not (leaked_procs or leaked_shm) or time.monotonic() > deadline:
             break
         time.sleep(0.05)

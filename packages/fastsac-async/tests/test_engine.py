@@ -18,6 +18,7 @@ from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads, ren
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
 from fastsac_async.workers import collector_settings
 from fastsac_core import FastSACAgent, FastSACConfig, peek_checkpoint, save_checkpoint
+from shm_transport import default_prefix
 from topology import LearnerPlacement
 
 CFG = FastSACConfig(
@@ -116,7 +117,7 @@ def test_engine_sweeps_segments_of_dead_runs(tmp_path: Path) -> None:
     """A segment left named by a dead parent (killed during boot) is removed when the next run starts."""
     probe = subprocess.Popen(["true"])  # its pid is dead once it exits
     probe.wait()
-    stale = Path(f"/dev/shm/shmtx-{probe.pid}-deadbeef")
+    stale = Path(f"/dev/shm/{default_prefix()}{probe.pid}-deadbeef")
     stale.write_bytes(b"\0" * 64)
     try:
         run_engine(_spec(tmp_path, 1, 1, 4))

@@ -68,3 +68,30 @@ def test_cli_list_and_cleanup(segments: tuple[Path, Path], capsys: pytest.Captur
     assert f"would remove {dead.name}" in capsys.readouterr().out and dead.exists()
     assert main(["--prefix", PREFIX, "cleanup"]) == 0
     assert f"removed {dead.name}" in capsys.readouterr().out and not dead.exists()
+
+
+def test_shmtx_prefix_names_segments_and_scopes_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$SHMTX_PREFIX names new segments, and the default sweep removes only its own dead ones."""
+    other = seg.SHM_DIR / f"shmtx-{_dead_pid()}-0ther5"  # a dead creator under the default prefix
+    other.write_bytes(b"\0" * 64)
+    try:
+        monkeypatch.setenv("SHMTX_PREFIX", PREFIX)
+        mine = seg.SHM_DIR / f"{PREFIX}{_dead_pid()}-abcdef"
+        mine.write_bytes(b"\0" * 64)
+        with HostRing.create(transition_layout(2, 1, 1, 1), capacity=2) as ring:
+            assert ring.name.startswith(f"{PREFIX}{os.getpid()}-")
+            assert cleanup_stale_segments() == [mine.name]
+        assert other.exists() and not mine.exists()
+    finally:
+        other.unlink(missing_ok=True)
+
+
+def test_the_default_prefix_and_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset or empty, the prefix is shmtx-; a prefix with other characters is refused with the fix."""
+    monkeypatch.delenv("SHMTX_PREFIX", raising=False)
+    assert seg.default_prefix() == "shmtx-"
+    monkeypatch.setenv("SHMTX_PREFIX", "")
+    assert seg.default_prefix() == "shmtx-"
+    monkeypatch.setenv("SHMTX_PREFIX", "a/b")
+    with pytest.raises(seg.SegmentError, match=r"SHMTX_PREFIX='a/b' is not a usable .* or unset it"):
+        seg.default_prefix()

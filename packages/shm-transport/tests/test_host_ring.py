@@ -13,6 +13,7 @@ from shm_transport import (
     TransitionRing,
     UnsupportedPlatformError,
     UnwrittenSlotError,
+    default_prefix,
     transition_layout,
 )
 
@@ -43,7 +44,7 @@ def test_satisfies_protocol_and_names_segment(ring: HostRing) -> None:
     import os
 
     assert isinstance(ring, TransitionRing)
-    assert ring.name.startswith(f"shmtx-{os.getpid()}-")
+    assert ring.name.startswith(f"{default_prefix()}{os.getpid()}-")
     assert (seg.SHM_DIR / ring.name).exists()
 
 

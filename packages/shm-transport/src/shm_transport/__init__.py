@@ -15,7 +15,7 @@ from shm_transport._ipc_ring import CudaIpcProducerHandle, CudaIpcRing
 from shm_transport._ipc_weights import CudaIpcWeightHandle, CudaIpcWeightReader, CudaIpcWeightWriter
 from shm_transport._layout import FieldSpec, RingLayout, transition_layout
 from shm_transport._protocol import TransitionRing, WeightReader, WeightWriter
-from shm_transport._segment import SEGMENT_PREFIX
+from shm_transport._segment import PREFIX_ENV, SEGMENT_PREFIX, default_prefix
 from shm_transport._weight_channel import WeightChannel, WeightChannelHandle
 from shm_transport.exceptions import (
     CudaIpcUnavailable,
@@ -57,6 +57,8 @@ __all__ = [  # noqa: RUF022 (grouped by topic, not sorted)
     "StartupHandshake",
     # segment housekeeping
     "SEGMENT_PREFIX",
+    "PREFIX_ENV",
+    "default_prefix",
     "SegmentInfo",
     "cleanup_stale_segments",
     "list_segments",

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shm_transport._segment import SEGMENT_PREFIX, SHM_DIR, parse_creator_pid
+from shm_transport._segment import SHM_DIR, default_prefix, parse_creator_pid
 
 __all__ = ["SegmentInfo", "cleanup_stale_segments", "list_segments", "pid_alive"]
 
@@ -46,8 +46,12 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def list_segments(*, prefix: str = SEGMENT_PREFIX) -> list[SegmentInfo]:
-    """Every segment in /dev/shm whose name carries ``prefix`` and a creator pid, sorted by name."""
+def list_segments(*, prefix: str | None = None) -> list[SegmentInfo]:
+    """Every segment in /dev/shm whose name carries ``prefix`` and a creator pid, sorted by name.
+
+    ``prefix`` defaults to :func:`~shm_transport._segment.default_prefix` (``$SHMTX_PREFIX`` or ``shmtx-``).
+    """
+    prefix = default_prefix() if prefix is None else prefix
     found: list[SegmentInfo] = []
     try:
         entries = sorted(SHM_DIR.iterdir())
@@ -65,16 +69,16 @@ def list_segments(*, prefix: str = SEGMENT_PREFIX) -> list[SegmentInfo]:
     return found
 
 
-def cleanup_stale_segments(*, prefix: str = SEGMENT_PREFIX, dry_run: bool = False) -> list[str]:
+def cleanup_stale_segments(*, prefix: str | None = None, dry_run: bool = False) -> list[str]:
     """Remove every segment whose creator pid is dead; returns the names removed (or that would be).
 
     Call it when a parent starts (``sweep on start``): a parent that was SIGKILLed could not unlink
     its segments. Live creators' segments are never touched. Caveat: a dead creator's pid reused by
     another process hides its segments until that process exits; PID namespaces that share one
-    /dev/shm (containers) must use distinct prefixes.
+    /dev/shm (containers) must use distinct prefixes (``SHMTX_PREFIX``).
 
     Args:
-        prefix: the name prefix to consider (default ``shmtx-``).
+        prefix: the name prefix to consider (default: ``$SHMTX_PREFIX``, else ``shmtx-``).
         dry_run: only report, remove nothing.
     """
     removed: list[str] = []

@@ -1,7 +1,8 @@
 """``shm-transport`` command: list and clean up shared-memory segments.
 
-``shm-transport list`` prints every ``shmtx-`` segment with its creator pid, size and whether the
-creator is alive; ``shm-transport cleanup [--dry-run]`` removes those whose creator is dead.
+``shm-transport list`` prints every ``shmtx-`` (or ``$SHMTX_PREFIX``) segment with its creator pid,
+size and whether the creator is alive; ``shm-transport cleanup [--dry-run]`` removes those whose
+creator is dead.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import sys
 from collections.abc import Sequence
 
 from shm_transport._cleanup import cleanup_stale_segments, list_segments
-from shm_transport._segment import SEGMENT_PREFIX
 
 __all__ = ["main"]
 
@@ -21,7 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="shm-transport", description=__doc__.splitlines()[0] if __doc__ else None
     )
-    parser.add_argument("--prefix", default=SEGMENT_PREFIX, help="segment name prefix (default: %(default)s)")
+    parser.add_argument(
+        "--prefix", default=None, help="segment name prefix (default: $SHMTX_PREFIX, else shmtx-)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list segments with their creator pid, size and liveness")
     cleanup = commands.add_parser("cleanup", help="remove segments whose creator process is dead")

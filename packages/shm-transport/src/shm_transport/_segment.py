@@ -2,7 +2,8 @@
 
 # Note [Segment lifecycle]
 
-A segment is a file ``/dev/shm/shmtx-<creator pid>-<random hex>`` that the *parent* creates with
+A segment is a file ``/dev/shm/shmtx-<creator pid>-<random hex>`` (the prefix is ``$SHMTX_PREFIX`` where
+that is set) that the *parent* creates with
 ``O_CREAT | O_EXCL`` and maps with ``torch.from_file(shared=True)`` (``MAP_SHARED``); other processes
 attach by name. We do not use ``multiprocessing.shared_memory``: its resource tracker unlinks a
 segment when *any* attaching process exits on Python 3.11/3.12 (cpython#82300), and ``track=False``
@@ -61,10 +62,12 @@ __all__ = [
     "KIND_RING",
     "KIND_WEIGHTS",
     "MAGIC",
+    "PREFIX_ENV",
     "PRODUCER_PID",
     "SEGMENT_PREFIX",
     "SHM_DIR",
     "Segment",
+    "default_prefix",
     "parse_creator_pid",
 ]
 
@@ -72,7 +75,33 @@ _log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 SEGMENT_PREFIX = "shmtx-"
-"""Fixed project prefix of every segment name."""
+"""Default prefix of every segment name."""
+PREFIX_ENV = "SHMTX_PREFIX"
+"""Environment variable that replaces :data:`SEGMENT_PREFIX` for this process and its children.
+
+Processes that share one ``/dev/shm`` but not one pid namespace (containers), or a test session
+beside a live run, each set their own: creation, listing and the stale-segment sweep then see only
+names with their prefix, so no one removes another's segments."""
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def default_prefix() -> str:
+    """The segment name prefix in force: ``$SHMTX_PREFIX`` if set, else :data:`SEGMENT_PREFIX`.
+
+    Raises:
+        SegmentError: ``SHMTX_PREFIX`` holds characters other than letters, digits, ``.``, ``_``, ``-``.
+    """
+    prefix = os.environ.get(PREFIX_ENV, "")
+    if not prefix:
+        return SEGMENT_PREFIX
+    if not _PREFIX_RE.match(prefix):
+        raise SegmentError(
+            f"{PREFIX_ENV}={prefix!r} is not a usable segment name prefix; use letters, digits, '.', '_' "
+            f"and '-' only (e.g. {PREFIX_ENV}=shmtx-job42-), or unset it"
+        )
+    return prefix
+
+
 _NAME_TAIL_RE = re.compile(r"^(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
 
 MAGIC = int.from_bytes(b"SHMTX1\x00\x00", "little")
@@ -90,8 +119,12 @@ COUNTER_A = 128 // 8
 COUNTER_B = 256 // 8
 
 
-def parse_creator_pid(name: str, prefix: str = SEGMENT_PREFIX) -> int | None:
-    """The creator pid encoded in a segment name, or None if the name is not ours."""
+def parse_creator_pid(name: str, prefix: str | None = None) -> int | None:
+    """The creator pid encoded in a segment name, or None if the name does not carry ``prefix``.
+
+    ``prefix`` defaults to :func:`default_prefix`.
+    """
+    prefix = default_prefix() if prefix is None else prefix
     if not name.startswith(prefix):
         return None
     match = _NAME_TAIL_RE.match(name[len(prefix) :])
@@ -140,9 +173,13 @@ class Segment:
         capacity: int,
         fingerprint: int,
         debug: bool,
-        prefix: str = SEGMENT_PREFIX,
+        prefix: str | None = None,
     ) -> Segment:
-        """Create, size and map a new segment, and write its header (the caller is the creator)."""
+        """Create, size and map a new segment, and write its header (the caller is the creator).
+
+        Its name is ``<prefix><pid>-<random hex>``, ``prefix`` defaulting to :func:`default_prefix`.
+        """
+        prefix = default_prefix() if prefix is None else prefix
         if not SHM_DIR.is_dir():
             raise SegmentError(f"{SHM_DIR} does not exist; shm-transport needs a Linux tmpfs at {SHM_DIR}")
         free = _free_shm_bytes()
