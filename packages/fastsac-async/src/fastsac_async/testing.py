@@ -233,7 +233,7 @@ def _fail_agent_update_at(fault: LearnerFaultEnvFactory) -> None:
         if calls[0] >= fault.fail_at_update:
             if fault.mark_file:
                 Path(fault.mark_file).write_text(repr(time.time()))
-            HostRing.close = slow_close  # type: ignore[method-assign]
+            HostRing.close = slow_close  # type: ignore[method-assign, assignment]
             raise RuntimeError(f"learner{fault.rank} update {calls[0]} failed (injected)")
         return original(agent, *args, **kwargs)  # type: ignore[arg-type]
 
