@@ -12,7 +12,7 @@ import pytest
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, WorkerFailed, run_engine
 from fastsac_async.testing import FailingEnvFactory, FakeEnvFactory, LearnerFaultEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
-from shm_transport import list_segments
+from shm_transport import default_prefix, list_segments
 
 CFG = FastSACConfig(
     actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,
@@ -100,3 +100,56 @@ def test_the_failing_learner_is_named_not_the_peer_its_failure_broke(tmp_path: P
     assert named_after < 10.0 + spec.shutdown_timeout_s, "named and stopped within the bound"
     assert "update 4 failed (injected)" in failure.error_log.read_text(), "its traceback, even if cut short"
     assert not [s for s in list_segments() if s.creator_pid == os.getpid()]
+
+
+def _worker_pids(run_dir: Path) -> dict[str, int]:
+    pids = {}
+    for log in (run_dir / "logs").glob("*.log"):
+        match = re.search(r"started \(pid (\d+)", log.read_text())
+        if match:
+            pids[log.stem] = int(match.group(1))
+    return pids
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(tmp_path: Path) -> None:
+    """SIGKILL the parent of a CUDA run with CUDA-IPC rings and weights: every worker dies, nothing stays."""
+    import subprocess
+    import sys
+
+    app = Path(__file__).resolve().parents[1] / "apps" / "trainer"
+    args = ["task=pendulum", "task.num_envs=4", "algo.trainer.device=cuda", "algo.trainer.asynchronous=true",
+            "algo.trainer.async_options.num_collectors=2", "algo.trainer.async_options.transition_ipc=on",
+            "algo.trainer.async_options.weight_ipc=on", "algo.trainer.async_options.weight_ipc_min_bytes=0",
+            "algo.trainer.num_learning_iterations=1000000", "algo.trainer.save_interval=5",
+            "algo.agent.learning_starts=2", "algo.agent.compile=false", "console=plain",
+            "runs_root=runs", "run_name=k"]  # fmt: skip
+    parent = subprocess.Popen([sys.executable, str(app), *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    run_dir = tmp_path / "runs" / "k"
+    try:
+        deadline = time.monotonic() + 300
+        while not list((run_dir / "checkpoints").glob("model_*.pt")):
+            assert parent.poll() is None and time.monotonic() < deadline, "the run trained and saved"
+            time.sleep(0.5)
+        pids = _worker_pids(run_dir)
+        assert {"learner0", "collector0", "collector1"} <= set(pids)
+        pids["parent"] = parent.pid
+        os.kill(parent.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        parent.wait(30)
+        while any(Path(f"/proc/{pid}").exists() for pid in pids.values()) and time.monotonic() - killed < 30:
+            time.sleep(0.1)
+        alive = [name for name, pid in pids.items() if Path(f"/proc/{pid}").exists()]
+        assert not alive, f"still alive {time.monotonic() - killed:.1f} s after the parent's SIGKILL: {alive}"
+        time.sleep(3.0)  # whoever cleans up after them has had its chance
+        left = sorted(
+            p.name for p in Path("/dev/shm").iterdir() for pid in pids.values()
+            if p.name.startswith((f"torch_{pid}_", f"{default_prefix()}{pid}-"))
+        )  # fmt: skip
+        assert not left, f"left in /dev/shm after the parent's SIGKILL: {left}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(30)

@@ -1,5 +1,6 @@
 """CUDA paths (run on the GPU machine): pinned staging + copy stream, CUDA-IPC rings, NCCL learners."""
 
+import os
 import time
 from pathlib import Path
 
@@ -193,3 +194,38 @@ def test_every_slot_of_a_delayed_ipc_copy_reaches_the_replay_before_done() -> No
         channel.unlink()
         cursors.close()
         cursors.unlink()
+
+
+@pytest.mark.slow
+def test_a_failing_learner_with_cuda_ipc_rings_is_named_within_10_s(tmp_path: Path) -> None:
+    """A learner with 4 CUDA-IPC rings raises mid-run: the parent names it within 10 s, nothing left.
+
+    Its teardown waits for its collectors to detach from each ring; the parent must not wait for that.
+    """
+    from fastsac_async import WorkerFailed
+    from fastsac_async.testing import LearnerFaultEnvFactory
+    from shm_transport import list_segments
+
+    mark = tmp_path / "failed_at"
+    factory = LearnerFaultEnvFactory(step_delay_s=0.001, rank=0, fail_at_update=5, mark_file=str(mark))
+    cfg = FastSACConfig(actor_hidden_dim=32, critic_hidden_dim=32, batch_size=16, buffer_size=64,
+                        num_updates=2, learning_starts=3, compile=False, cudagraphs=False)  # fmt: skip
+    topo = resolve_trainer_topology(
+        num_envs=8, num_collectors=4, num_learners=1, batch_size=16, trainer_device="cuda",
+        learner_devices=None, num_cuda_devices=1, collector_inference_device="cpu",
+        cpus_per_collector=None, transition_ipc="on", weight_ipc="off", weight_ipc_min_bytes=1 << 24,
+        actor_param_bytes=0, host=discover_host(),
+    )  # fmt: skip
+    assert all(c.transition_transport == "cuda_ipc" for c in topo.collectors)
+    spec = EngineSpec(topology=topo, env_factory=factory, dims=factory(1, 0).dims, agent=cfg,
+                      options=AsyncOptions(num_collectors=4, ring_capacity=4), seed=0,
+                      num_iterations=10**6, logging_interval=5, save_interval=0,
+                      run_dir=tmp_path)  # fmt: skip
+    with pytest.raises(WorkerFailed) as info:
+        run_engine(spec)
+    stopped_after = time.time() - float(mark.read_text())
+    assert info.value.worker == "learner0", str(info.value)
+    assert "update 5 failed (injected)" in info.value.error_log.read_text()
+    assert stopped_after < 10.0, f"stopped {stopped_after:.1f} s after the failure"
+    assert "host transition ring instead of CUDA IPC" not in (tmp_path / "logs" / "learner0.log").read_text()
+    assert not [s for s in list_segments() if s.creator_pid == os.getpid()]
