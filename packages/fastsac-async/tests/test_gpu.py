@@ -212,7 +212,7 @@ def test_a_failing_learner_with_cuda_ipc_rings_is_named_within_10_s(tmp_path: Pa
                         num_updates=2, learning_starts=3, compile=False, cudagraphs=False)  # fmt: skip
     topo = resolve_trainer_topology(
         num_envs=8, num_collectors=4, num_learners=1, batch_size=16, trainer_device="cuda",
-        learner_devices=None, num_cuda_devices=1, collector_inference_device="cpu",
+        learner_devices=None, num_cuda_devices=1, collector_inference_device="cuda",
         cpus_per_collector=None, transition_ipc="on", weight_ipc="off", weight_ipc_min_bytes=1 << 24,
         actor_param_bytes=0, host=discover_host(),
     )  # fmt: skip

@@ -16,6 +16,8 @@
 5. Shut down (always, bounded, idempotent): stop flag; join collectors; let the learners exit (a
    CUDA-IPC allocation must outlive its consumers); join learners; terminate; kill. Then close
    every segment (and unlink any name still there after a failed boot).
+6. A janitor process, started before anything is allocated and told every worker's pid, removes
+   what a SIGKILLed parent could not (Note [janitor]).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Literal
 
 from fastsac_async.control import Control
 from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, WorkerFailed
+from fastsac_async.janitor import Janitor
 from fastsac_async.profiling import profile_iterations
 from fastsac_async.spec import (
     EngineSpec,
@@ -54,6 +57,7 @@ from shm_transport import (
     StartupHandshake,
     WeightChannel,
     cleanup_stale_segments,
+    default_prefix,
 )
 
 __all__ = ["AsyncEngine", "EngineResult", "EngineStats", "StopReason", "run_engine"]
@@ -233,6 +237,7 @@ class AsyncEngine:
         # One bounded queue per worker: a worker killed while holding a queue's write lock can
         # block only its own queue, never another worker's stats.
         queues = {name: ctx.Queue(maxsize=16) for name in workers}
+        janitor = Janitor.start(default_prefix())  # cleans up if this process dies: Note [janitor]
         try:
             ring_handles, weight_handles = self._allocate(segments)
             common = {"spec": spec, "control": control, "handshake": handshake}
@@ -243,13 +248,13 @@ class AsyncEngine:
                     dict(common, rank=p.rank, stats_queue=queues[learner_name(p.rank)],
                          ring_handles={i: h for i, h in ring_handles.items() if i in own},
                          weight_handles={i: h for i, h in weight_handles.items() if i in own}),
-                    on_boot,
+                    on_boot, janitor,
                 )  # fmt: skip
             for c in spec.topology.collectors:
                 threads = len(c.cpus) if c.cpus else 1
                 self._spawn(sup, collector_name(c.index), run_collector, c.numa_node, threads,
                             dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
-                            on_boot)  # fmt: skip
+                            on_boot, janitor)  # fmt: skip
             try:
                 self._boot(sup, control, handshake, on_boot, should_stop)
             except HandshakeAborted:  # a stop request before every worker was ready (Ctrl+C at boot)
@@ -277,6 +282,7 @@ class AsyncEngine:
                 q.close()
                 q.cancel_join_thread()
             segments.release()
+            janitor.close()
 
     def _spawn(
         self,
@@ -287,9 +293,11 @@ class AsyncEngine:
         threads: int,
         kwargs: dict[str, Any],
         on_boot: Callable[[str, str], None],
+        janitor: Janitor,
     ) -> None:
         placement = None if node is None else (lambda: bound_for_child(nodes=[node]))
         sup.spawn(name, target, kwargs, threads=threads, placement=placement)
+        janitor.watch(sup.pid(name))
         on_boot(name, "booting")
 
     def _worker_of_slot(self, slot: int) -> str:

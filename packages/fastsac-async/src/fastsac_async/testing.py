@@ -28,6 +28,7 @@ __all__ = [
     "LearnerFaultEnvFactory",
     "cpu_topology",
     "failing_worker",
+    "janitor_parent",
     "orphaning_parent",
     "sleeping_worker",
 ]
@@ -297,6 +298,27 @@ def orphaning_parent(*, run_dir: Path, pid_file: Path) -> None:
     partial.replace(pid_file)  # atomic: a reader never sees an empty file
     time.sleep(60.0)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def janitor_parent(*, prefix: str, pid_file: Path) -> None:
+    """A run's parent in miniature: a janitor, a named segment, torch files of its own and of a worker.
+
+    It records ``<own pid> <worker pid>`` in ``pid_file`` once all exist, then waits to be killed.
+    """
+    import subprocess
+
+    from fastsac_async.janitor import Janitor
+
+    janitor = Janitor.start(prefix)
+    worker = subprocess.Popen(["sleep", "2"])
+    janitor.watch(worker.pid)
+    me = os.getpid()
+    for name in (f"{prefix}{me}-a1b2c3", f"torch_{me}_11_0", f"torch_{worker.pid}_22_0"):
+        (Path("/dev/shm") / name).write_bytes(b"x")
+    partial = pid_file.with_suffix(".partial")
+    partial.write_text(f"{me} {worker.pid}")
+    partial.replace(pid_file)
+    time.sleep(60.0)
 
 
 def cpu_topology(

@@ -1,0 +1,140 @@
+"""The janitor: a small process that removes what a run left in /dev/shm when its parent dies.
+
+# Note [janitor]
+The parent unlinks every segment name once all workers attached (Note [engine lifecycle]), but two
+things can outlive a parent that is SIGKILLed: the names of a run killed during boot, and torch's
+CUDA-IPC reference-count files (``/dev/shm/torch_<pid>_<n>_<k>``), which torch removes only when
+the sharing process exits normally. Nobody of the run is left to remove them: the workers die with
+the parent (``PR_SET_PDEATHSIG``). So the parent starts one janitor first, in a session of its own
+(a terminal's Ctrl+C or hang-up does not reach it), talking to it over a pipe:
+
+* ``pid N`` for every worker it spawns;
+* ``done`` when the run ended normally: the janitor removes the torch files of workers that have
+  exited (their CUDA-IPC shares are over) and exits;
+* end of file without ``done``: the parent died. The janitor waits (bounded) until every worker it
+  was told of has exited, then removes the parent's segment names (``<prefix><parent pid>-*``) and
+  the torch files of the parent and of every worker, and exits.
+
+It only ever removes files whose creator pid is dead and is one of this run's processes. It imports
+nothing but the standard library and runs as a script (``python janitor.py``), so it starts in tens
+of milliseconds and holds no torch state. A janitor that is itself SIGKILLed leaves the next run's
+start-up sweep as the backstop for segment names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+__all__ = ["Janitor"]
+
+SHM_DIR = Path("/dev/shm")
+_WORKERS_EXIT_WAIT_S = 60.0
+"""Longest wait, after the parent died, for its workers to exit before cleaning up regardless."""
+
+
+class Janitor:
+    """The parent's handle on its janitor process (Note [janitor]).
+
+    Args:
+        process: The janitor process (started by :meth:`start`).
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._process = process
+        self._pipe: IO[bytes] | None = process.stdin
+
+    @classmethod
+    def start(cls, prefix: str) -> Janitor:
+        """Start the janitor of this (parent) process; ``prefix`` is the segment name prefix in force."""
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", __file__, str(os.getpid()), prefix],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+        return cls(process)
+
+    def watch(self, pid: int | None) -> None:
+        """Tell the janitor about a worker process."""
+        self._send(f"pid {pid}\n" if pid else "")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """The run ended normally: the janitor tidies the exited workers' torch files and exits (bounded)."""
+        self._send("done\n")
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+        try:
+            self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout_s)
+
+    def _send(self, line: str) -> None:
+        if self._pipe is None or not line:
+            return
+        try:
+            self._pipe.write(line.encode())
+            self._pipe.flush()
+        except (BrokenPipeError, ValueError):  # the janitor is gone: nothing to tell it any more
+            self._pipe = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _remove(prefixes: tuple[str, ...]) -> None:
+    try:
+        entries = list(SHM_DIR.iterdir())
+    except OSError:
+        return
+    for path in entries:
+        if path.name.startswith(prefixes):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _torch_files(pids: set[int]) -> tuple[str, ...]:
+    return tuple(f"torch_{pid}_" for pid in pids if not _alive(pid))
+
+
+def main(argv: list[str]) -> int:
+    """The janitor process: ``janitor.py <parent pid> <segment prefix>``, commands on stdin."""
+    parent, prefix = int(argv[1]), argv[2]
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    workers: set[int] = set()
+    for line in sys.stdin:
+        word, _, value = line.strip().partition(" ")
+        if word == "pid" and value.isdigit():
+            workers.add(int(value))
+        elif word == "done":
+            _remove(_torch_files(workers))
+            return 0
+    if _alive(parent):  # the pipe closed, but the parent lives on (it failed before "done")
+        _remove(_torch_files(workers))
+        return 0
+    # End of file without "done": the parent died.
+    deadline = time.monotonic() + _WORKERS_EXIT_WAIT_S
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _remove((f"{prefix}{parent}-", *_torch_files(workers | {parent})))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,76 @@
+"""The janitor removes what a SIGKILLed parent left in /dev/shm, and only that (Note [janitor])."""
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fastsac_async.janitor import Janitor
+from fastsac_async.testing import janitor_parent
+from shm_transport import default_prefix
+
+SHM = Path("/dev/shm")
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.slow
+def test_after_the_parents_sigkill_its_names_and_torch_files_go_once_its_workers_exit(tmp_path: Path) -> None:
+    """SIGKILL the parent: its segment name and its and its worker's torch files are removed; others stay."""
+    stranger = SHM / f"torch_{_dead_pid()}_33_0"  # a dead process that is not of this run
+    stranger.write_bytes(b"x")
+    pid_file = tmp_path / "pids"
+    parent = mp.get_context("spawn").Process(
+        target=janitor_parent, kwargs={"prefix": default_prefix(), "pid_file": pid_file}
+    )
+    parent.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():
+            assert time.monotonic() < deadline and parent.is_alive()
+            time.sleep(0.05)
+        me, worker = (int(x) for x in pid_file.read_text().split())
+        ours = [
+            SHM / f"{default_prefix()}{me}-a1b2c3",
+            SHM / f"torch_{me}_11_0",
+            SHM / f"torch_{worker}_22_0",
+        ]
+        assert all(p.exists() for p in ours)
+        os.kill(me, signal.SIGKILL)
+        parent.join(10)
+        deadline = time.monotonic() + 20  # the worker sleeps 2 s: the janitor waits for it first
+        while any(p.exists() for p in ours) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p.name for p in ours if p.exists()]
+        assert stranger.exists(), "a file of a process outside the run is not the janitor's"
+    finally:
+        if parent.is_alive():
+            parent.kill()
+            parent.join(10)
+        stranger.unlink(missing_ok=True)
+
+
+def test_a_normal_close_tidies_exited_workers_and_leaves_the_living_parents_files() -> None:
+    """close(): a finished worker's torch file goes; the (living) parent's names stay; the janitor exits."""
+    dead = _dead_pid()
+    theirs, mine = SHM / f"torch_{dead}_1_0", SHM / f"{default_prefix()}{os.getpid()}-d0d0d0"
+    for path in (theirs, mine):
+        path.write_bytes(b"x")
+    try:
+        janitor = Janitor.start(default_prefix())
+        janitor.watch(dead)
+        started = time.monotonic()
+        janitor.close()
+        assert time.monotonic() - started < 5.0
+        assert not theirs.exists() and mine.exists()
+    finally:
+        theirs.unlink(missing_ok=True)
+        mine.unlink(missing_ok=True)
