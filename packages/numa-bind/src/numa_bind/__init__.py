@@ -19,6 +19,7 @@ from numa_bind._cpulist import format_cpulist, parse_cpulist
 from numa_bind._gpu import FROM_ENV, FromEnv, gpu_localities, normalize_pci_bus_id
 from numa_bind._layout import GpuLocality, HostLayout, LocalitySource, NumaNode
 from numa_bind._nvml import NvmlProvider, cpus_from_masks
+from numa_bind._quota import cpu_quota
 from numa_bind._sysfs import discover_host, online_cpus
 from numa_bind.exceptions import BindingError, CpuListError
 
@@ -32,6 +33,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "FROM_ENV",
     "FromEnv",
     "NvmlProvider",
+    "cpu_quota",
     "cpus_from_masks",
     "discover_host",
     "gpu_localities",

@@ -5,6 +5,7 @@ No processes and no I/O: the host layout comes in as data (``numa_bind.HostLayou
 
 from topology._plan import CollectorPlacement, LearnerPlacement, TrainerTopology, Transport
 from topology._resolve import resolve_trainer_topology
+from topology._sizing import AUTO, CollectorSizing, size_collectors
 from topology._transport import IpcMode
 from topology.exceptions import TopologyError
 
@@ -12,6 +13,10 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     # resolver
     "IpcMode",
     "resolve_trainer_topology",
+    # automatic collector sizing
+    "AUTO",
+    "CollectorSizing",
+    "size_collectors",
     # plan
     "CollectorPlacement",
     "LearnerPlacement",

@@ -28,7 +28,7 @@ from numa_bind import HostLayout, format_cpulist
 from topology._devices import cuda_index
 from topology.exceptions import TopologyError
 
-__all__ = ["CpuPlan", "place_cpus"]
+__all__ = ["CpuPlan", "learner_node", "place_cpus"]
 
 
 @dataclass
@@ -42,7 +42,8 @@ class CpuPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def _learner_node(host: HostLayout, rank: int, device: str, notes: list[str]) -> int | None:
+def learner_node(host: HostLayout, rank: int, device: str, notes: list[str]) -> int | None:
+    """The NUMA node learner ``rank`` on ``device`` is bound to (Note [CPU placement], 1), or None."""
     index = cuda_index(device)
     if not host.is_multi_node or index is None:
         return None
@@ -105,7 +106,7 @@ def place_cpus(
         notes.append("one NUMA node: nothing is NUMA-bound")
     elif all(device == "cpu" for device in devices):
         notes.append("learners run on cpu: nothing is NUMA-bound")
-    learner_nodes = [_learner_node(host, rank, device, notes) for rank, device in enumerate(devices)]
+    learner_nodes = [learner_node(host, rank, device, notes) for rank, device in enumerate(devices)]
     collector_nodes = [learner_nodes[owner] for owner in owners]
     plan = CpuPlan(learner_nodes, [None] * len(devices), collector_nodes, [None] * len(owners), notes)
     used: set[int] = set()
