@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -96,7 +97,7 @@ def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> No
 )
 def test_invalid_values_name_setting_value_and_fix(override: str, setting: str, fix_part: str) -> None:
     """Each invalid value raises a ConfigError naming the setting, the value seen and a fix."""
-    cfg = _cfg("task=pendulum", "task.num_envs=8", override)
+    cfg = _cfg("task=pendulum", "task.num_envs=8", f"{OPTS}.num_collectors=1", override)
     with pytest.raises(ConfigError) as info:
         validate_config(cfg, cuda_count=1)
     assert info.value.setting == setting
@@ -136,7 +137,7 @@ def test_device_resolution(spec: str, count: int, expected: str) -> None:
 
 def test_cpu_profile_caps_only_keys_the_user_did_not_set() -> None:
     """The CPU profile lowers the humanoid defaults but keeps an explicit batch_size."""
-    cfg = _cfg("algo.agent.batch_size=4096")
+    cfg = _cfg("algo.agent.batch_size=4096", f"{OPTS}.num_collectors=1")  # the profile runs after sizing
     notes = apply_cpu_profile(cfg, frozenset({"algo.agent.batch_size"}))
     assert cfg["algo"]["agent"]["batch_size"] == 4096
     assert cfg["task"]["num_envs"] == CPU_PROFILE["task.num_envs"]
@@ -161,3 +162,30 @@ def test_resolve_run_builds_library_configs() -> None:
     assert run.async_options.num_collectors == 2
     assert run.async_options.learner_devices == ("cpu",)
     assert run.dims.obs_dim > 0 and run.dims.act_dim > 0
+
+
+def test_collector_counts_default_to_auto_and_are_sized_to_this_machine() -> None:
+    """Async default: num_collectors/cpus_per_collector are sized from this host, the note says why."""
+    cfg = _cfg("task=pendulum", "algo.trainer.asynchronous=true")
+    assert cfg["algo"]["trainer"]["async_options"]["num_collectors"] == "auto"
+    run = resolve_run(cfg, explicit=frozenset(), cuda_count=0)
+    usable = len(os.sched_getaffinity(0))
+    expected = max(1, usable - max(1, usable // 2))
+    assert run.async_options.num_collectors == min(expected, run.config["task"]["num_envs"])
+    assert run.async_options.cpus_per_collector is None  # CPU learner: collectors share its cores
+    assert run.config["task"]["num_envs"] % run.async_options.num_collectors == 0
+    assert any(note.startswith("auto: ") and f"affinity {usable}" in note for note in run.notes), run.notes
+
+
+def test_explicit_collector_counts_win_and_the_sync_trainer_needs_none() -> None:
+    """A given num_collectors/cpus_per_collector is kept (no sizing note); sync: auto is 1, unpinned."""
+    cfg = _cfg("task=pendulum", "algo.trainer.asynchronous=true", f"{OPTS}.num_collectors=2",
+               f"{OPTS}.cpus_per_collector=null")  # fmt: skip
+    run = resolve_run(cfg, explicit=frozenset(), cuda_count=0)
+    assert (run.async_options.num_collectors, run.async_options.cpus_per_collector) == (2, None)
+    assert not any(note.startswith("auto: ") for note in run.notes)
+    sync = resolve_run(
+        _cfg("task=pendulum", "algo.trainer.asynchronous=false"), explicit=frozenset(), cuda_count=0
+    )
+    assert (sync.async_options.num_collectors, sync.async_options.cpus_per_collector) == (1, None)
+    assert not any(note.startswith("auto: ") for note in sync.notes)

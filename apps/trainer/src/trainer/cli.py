@@ -56,10 +56,12 @@ important options:
   algo.trainer.num_learning_iterations=N           budget in iterations of task.num_envs transitions
   algo.trainer.time_limit_s=S                      stop after S seconds of training (final checkpoint)
   algo.trainer.logging_interval=N / save_interval=N
-  algo.trainer.async_options.num_collectors=N      collector processes (task.num_envs % N == 0)
+  algo.trainer.async_options.num_collectors=N|auto collector processes (task.num_envs % N == 0);
+                                                   auto (default): one per CPU the learners leave
   algo.trainer.async_options.num_learners=N        learner processes, one per GPU (DDP)
   algo.trainer.async_options.learner_devices=[cuda:0,cuda:1]
-  algo.trainer.async_options.cpus_per_collector=N  pin each collector to N CPUs of its NUMA node
+  algo.trainer.async_options.cpus_per_collector=N|auto|null  pin each collector to N CPUs of its
+                                                   NUMA node (auto: its share; null: unpinned)
   algo.trainer.async_options.ring_capacity=N       slots per collector ring
   algo.trainer.async_options.utd_mode=strict|learner_bound
   algo.trainer.async_options.ingest=ragged|generations

@@ -3,6 +3,7 @@
 No processes and no I/O: the host layout comes in as data (``numa_bind.HostLayout``).
 """
 
+from topology._devices import expand_learner_devices
 from topology._plan import CollectorPlacement, LearnerPlacement, TrainerTopology, Transport
 from topology._resolve import resolve_trainer_topology
 from topology._sizing import AUTO, CollectorSizing, size_collectors
@@ -12,6 +13,7 @@ from topology.exceptions import TopologyError
 __all__ = [  # noqa: RUF022 - grouped by topic
     # resolver
     "IpcMode",
+    "expand_learner_devices",
     "resolve_trainer_topology",
     # automatic collector sizing
     "AUTO",

@@ -130,7 +130,7 @@ def size_collectors(
             if fitted != num_envs:
                 notes.append(f"task.num_envs {num_envs}->{fitted} (divisible by {count} collectors)")
                 num_envs = fitted
-        chosen = f"{count} collectors"
+        chosen = f"{count} collector{'s' if count > 1 else ''}"
     else:
         count = num_collectors
         chosen = f"num_collectors={count} (set)"

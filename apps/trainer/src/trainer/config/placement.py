@@ -10,9 +10,9 @@ from __future__ import annotations
 from fastsac_async.config import AsyncOptions
 from fastsac_core import FastSACConfig, build_actor
 from fastsac_core.env import EnvDims
-from numa_bind import discover_host
 from topology import TopologyError, TrainerTopology, resolve_trainer_topology
 from trainer.config.exceptions import TrainerAppError
+from trainer.config.host import host_layout
 from trainer.config.resolve import ResolvedRun
 
 __all__ = ["actor_param_bytes", "describe_placement", "placement_of", "resolve_placement"]
@@ -52,7 +52,7 @@ def resolve_placement(
         weight_ipc=options.weight_ipc,
         weight_ipc_min_bytes=options.weight_ipc_min_bytes,
         actor_param_bytes=actor_param_bytes(dims, agent),
-        host=discover_host(with_gpus=cuda_count > 0),
+        host=host_layout(with_gpus=cuda_count > 0),
     )
 
 

@@ -13,13 +13,21 @@ from typing import Any
 from fastsac_async.config import AsyncOptions
 from fastsac_core.config import FastSACConfig
 from fastsac_core.env import EnvDims
-from topology import TrainerTopology
+from topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from trainer.config.exceptions import TrainerAppError
+from trainer.config.host import host_layout, host_quota
 from trainer.config.validate import validate_config
 from trainer.plan import RunPlan
 from trainer.tasks import MujocoEnvFactory, TaskError, get_task, probe_dims
 
-__all__ = ["CPU_PROFILE", "ResolvedRun", "apply_cpu_profile", "resolve_device", "resolve_run"]
+__all__ = [
+    "CPU_PROFILE",
+    "ResolvedRun",
+    "apply_cpu_profile",
+    "resolve_device",
+    "resolve_run",
+    "size_collectors_in_place",
+]
 
 CPU_PROFILE: dict[str, int] = {
     "task.num_envs": 32,
@@ -85,7 +93,11 @@ def resolve_device(spec: str, cuda_count: int) -> str:
 
 
 def apply_cpu_profile(cfg: dict[str, Any], explicit: frozenset[str]) -> list[str]:
-    """Cap the :data:`CPU_PROFILE` keys the user did not set; returns one note per change."""
+    """Cap the :data:`CPU_PROFILE` keys the user did not set; returns one note per change.
+
+    Runs after the collector counts are sized (:func:`size_collectors_in_place`): ``num_envs`` stays
+    a multiple of ``num_collectors``.
+    """
     notes = []
     learners = cfg["algo"]["trainer"]["async_options"]["num_learners"]
     collectors = cfg["algo"]["trainer"]["async_options"]["num_collectors"]
@@ -102,6 +114,48 @@ def apply_cpu_profile(cfg: dict[str, Any], explicit: frozenset[str]) -> list[str
             notes.append(f"{path} {node[leaf]}->{capped}")
             node[leaf] = capped
     return notes
+
+
+def size_collectors_in_place(
+    cfg: dict[str, Any], explicit: frozenset[str], device: str, cuda_count: int
+) -> str:
+    """Replace ``auto`` collector counts in ``cfg`` with topology's sizing; the line saying why ("" if none).
+
+    The synchronous trainer has no collectors: ``auto`` becomes 1 collector, unpinned.
+
+    Raises:
+        TrainerAppError: ``task.num_envs`` cannot be split over the learners (topology's message).
+    """
+    opts = cfg["algo"]["trainer"]["async_options"]
+    if not cfg["algo"]["trainer"]["asynchronous"]:
+        for key, value in (("num_collectors", 1), ("cpus_per_collector", None)):
+            if opts[key] == AUTO:
+                opts[key] = value
+        return ""
+    if AUTO not in (opts["num_collectors"], opts["cpus_per_collector"]):
+        return ""
+    try:
+        devices = expand_learner_devices(
+            trainer_device=device,
+            specs=opts["learner_devices"],
+            num_learners=opts["num_learners"],
+            num_cuda_devices=cuda_count,
+        )
+        sizing = size_collectors(
+            num_envs=cfg["task"]["num_envs"],
+            envs_fixed="task.num_envs" in explicit,
+            devices=devices,
+            host=host_layout(with_gpus=cuda_count > 0),
+            quota=host_quota(),
+            num_collectors=opts["num_collectors"],
+            cpus_per_collector=opts["cpus_per_collector"],
+        )
+    except TopologyError as error:
+        raise TrainerAppError(str(error).splitlines()[0]) from None
+    opts["num_collectors"] = sizing.num_collectors
+    opts["cpus_per_collector"] = sizing.cpus_per_collector
+    cfg["task"]["num_envs"] = sizing.num_envs
+    return sizing.reason
 
 
 def _library_config(cls: type[Any], setting: str, values: dict[str, Any]) -> Any:
@@ -126,6 +180,9 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
     trainer = cfg["algo"]["trainer"]
     device = resolve_device(trainer["device"], cuda_count)
     notes: list[str] = []
+    sized = size_collectors_in_place(cfg, explicit, device, cuda_count)
+    if sized:
+        notes.append(sized)
     if device == "cpu":
         changed = apply_cpu_profile(cfg, explicit)
         if changed:
@@ -133,6 +190,7 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
                 f"cpu learner: scaled {', '.join(changed)} "
                 "(set these keys explicitly to keep the task's values)"
             )
+    validate_config(cfg, cuda_count)  # again: the sized counts must divide as any given ones
     try:
         get_task(cfg["task"]["name"])
     except TaskError as error:

@@ -44,16 +44,21 @@ def _omegaconf_type(hint: Any) -> Any:
     return hint
 
 
-def _mutable_mirror(name: str, frozen_cls: type[Any]) -> type[Any]:
+def _mutable_mirror(name: str, frozen_cls: type[Any], auto: tuple[str, ...] = ()) -> type[Any]:
     """A mutable dataclass with the same fields and defaults as ``frozen_cls``.
 
     Hydra needs mutable nodes to apply overrides, and OmegaConf knows neither ``Literal`` nor
-    tuples; the library dataclass re-validates every value when the app converts back.
+    tuples; the library dataclass re-validates every value when the app converts back. The
+    ``auto`` fields default to ``"auto"`` and take any value: the app resolves them (and checks what
+    the user gave) before it builds the library record.
     """
     hints = typing.get_type_hints(frozen_cls)
     fields = []
     for f in dataclasses.fields(frozen_cls):
         default = f.default
+        if f.name in auto:
+            fields.append((f.name, Any, field(default="auto")))
+            continue
         if isinstance(default, tuple):
             spec: Any = field(default_factory=functools.partial(list, default))
         else:
@@ -63,7 +68,11 @@ def _mutable_mirror(name: str, frozen_cls: type[Any]) -> type[Any]:
 
 
 AgentConfig = _mutable_mirror("AgentConfig", FastSACConfig)
-AsyncOptionsConfig = _mutable_mirror("AsyncOptionsConfig", AsyncOptions)
+AsyncOptionsConfig = _mutable_mirror(
+    "AsyncOptionsConfig", AsyncOptions, auto=("num_collectors", "cpus_per_collector")
+)
+"""``num_collectors`` and ``cpus_per_collector`` default to ``auto``: sized to the machine
+(Note [automatic collector sizing] in topology)."""
 
 
 @dataclass

@@ -60,6 +60,11 @@ def check_device(setting: str, spec: str, cuda_count: int, *, allow_auto: bool =
 
 _Rule = tuple[str, Callable[[Any], bool], str]
 
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 _RULES: tuple[_Rule, ...] = (
     ("task.num_envs", lambda v: v >= 1, "use at least 1 env"),
     ("task.max_episode_steps", lambda v: v is None or v >= 1, "use a positive step count or null"),
@@ -81,7 +86,11 @@ _RULES: tuple[_Rule, ...] = (
     ("algo.agent.num_atoms", lambda v: v >= 2, "use at least 2 atoms"),
     ("algo.agent.amp_dtype", lambda v: v in ("bf16", "fp16"), "use bf16 or fp16"),
     ("algo.agent.cudagraph_scope", lambda v: v in ("regions", "step"), "use regions or step"),
-    (f"{_OPTS}.num_collectors", lambda v: v >= 1, "use at least 1 collector"),
+    (
+        f"{_OPTS}.num_collectors",
+        lambda v: v == "auto" or (_is_count(v) and v >= 1),
+        "use auto (sized to this machine) or at least 1 collector",
+    ),
     (f"{_OPTS}.num_learners", lambda v: v >= 1, "use at least 1 learner"),
     (f"{_OPTS}.ring_capacity", lambda v: v >= 1, "use a positive slot count, e.g. 64"),
     (f"{_OPTS}.utd_mode", lambda v: v in ("strict", "learner_bound"), "use strict or learner_bound"),
@@ -96,7 +105,11 @@ _RULES: tuple[_Rule, ...] = (
         "use 0 (sleep at once) up to 1 s (a collector sees a stop request only between its waits)",
     ),
     (f"{_OPTS}.boot_timeout_s", lambda v: v > 0, "use a positive number of seconds"),
-    (f"{_OPTS}.cpus_per_collector", lambda v: v is None or v >= 1, "use a positive CPU count or null"),
+    (
+        f"{_OPTS}.cpus_per_collector",
+        lambda v: v is None or v == "auto" or (_is_count(v) and v >= 1),
+        "use auto (sized to this machine), a positive CPU count, or null (unpinned)",
+    ),
     (f"{_OPTS}.transition_ipc", lambda v: v in _SWITCHES, "use auto, on or off (quote it in yaml)"),
     (f"{_OPTS}.weight_ipc", lambda v: v in _SWITCHES, "use auto, on or off (quote it in yaml)"),
     (f"{_OPTS}.weight_ipc_min_bytes", lambda v: v >= 0, "use 0 or a positive byte count"),
@@ -123,13 +136,15 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
     if not agent["v_min"] < agent["v_max"]:
         raise ConfigError("algo.agent.v_min", agent["v_min"], f"use a value below v_max={agent['v_max']}")
     num_envs, collectors, learners = cfg["task"]["num_envs"], opts["num_collectors"], opts["num_learners"]
-    if num_envs % collectors:
+    if collectors == "auto":
+        pass  # sized later to fit num_envs (topology.size_collectors); then this check runs again
+    elif num_envs % collectors:
         raise ConfigError(
             f"{_OPTS}.num_collectors",
             collectors,
             f"task.num_envs={num_envs} is not divisible by it; choose from {valid_divisors(num_envs)}",
         )
-    if collectors % learners:
+    if collectors != "auto" and collectors % learners:
         raise ConfigError(
             f"{_OPTS}.num_learners",
             learners,
