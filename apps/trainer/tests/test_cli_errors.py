@@ -127,7 +127,7 @@ def _saved_run(tmp_path: Path, args: list[str], iteration: int) -> Path:
     from fastsac_core import FastSACAgent, save_checkpoint
     from trainer.cli import _composed
 
-    run, _, _, _ = _composed(args)
+    run = _composed(args).run
     agent = FastSACAgent(run.dims, run.agent, "cpu", num_envs=run.config["task"]["num_envs"])
     folder = tmp_path / "old"
     save_checkpoint(

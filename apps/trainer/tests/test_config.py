@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from trainer.config.compose import compose_config, explicit_keys
+from trainer.config.compose import compose_config, explicit_keys, merge_overrides
 from trainer.config.exceptions import ConfigError, TrainerAppError
 from trainer.config.resolve import CPU_PROFILE, apply_cpu_profile, resolve_device, resolve_run
 from trainer.config.store import task_node
@@ -48,6 +48,12 @@ def test_explicit_keys_parses_the_override_keys() -> None:
     """Keys set on the command line are found, with + prefixes stripped."""
     keys = explicit_keys(["task=ant", "algo.agent.batch_size=4", "+task.extra=1"])
     assert keys == {"task", "algo.agent.batch_size", "task.extra"}
+
+
+def test_merge_overrides_keeps_one_entry_per_key_the_latest() -> None:
+    """Merging saved and new overrides keeps each key once, with its latest value."""
+    saved = ["task=ant", "seed=1", "algo.agent.gamma=0.9", "seed=2"]
+    assert merge_overrides(saved, ["task=hopper", "+seed=3"]) == ["algo.agent.gamma=0.9", "task=hopper", "+seed=3"]
 
 
 @pytest.mark.parametrize(

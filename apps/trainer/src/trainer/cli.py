@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["main", "select_trainer", "train"]
 
@@ -120,12 +120,31 @@ def _dispatch(args: list[str]) -> int:
     return train(args)
 
 
-def _composed(overrides: list[str]) -> tuple[Any, Path | None, Path | None, int]:
-    """(resolved run, checkpoint to resume from, run folder of that checkpoint, CUDA devices)."""
+class _Composed(NamedTuple):
+    """A command line composed into a run, with what a resume brings."""
+
+    run: Any
+    """The resolved run (``trainer.config.resolve.ResolvedRun``)."""
+    resume_from: Path | None
+    """Checkpoint to resume from."""
+    previous_run: Path | None
+    """Run folder of that checkpoint (None for a loose checkpoint file)."""
+    cuda_count: int
+    """CUDA devices visible."""
+    settings: list[str]
+    """The run's overrides to save in ``overrides.txt``: merged, one per key, without resume=/run_name=."""
+
+
+_NOT_SAVED = ("resume=", "run_name=")
+"""Overrides that name where a run goes, not what it is: a resume must not inherit them."""
+
+
+def _composed(overrides: list[str]) -> _Composed:
+    """The run ``overrides`` compose into; a resume starts from its run's saved overrides."""
     import torch
     from omegaconf import OmegaConf
 
-    from trainer.config.compose import compose_config, explicit_keys
+    from trainer.config.compose import compose_config, explicit_keys, merge_overrides
     from trainer.config.resolve import resolve_run
     from trainer.run_dir import resolve_resume
 
@@ -135,21 +154,22 @@ def _composed(overrides: list[str]) -> tuple[Any, Path | None, Path | None, int]
         resume_from, previous_run = resolve_resume(str(composed.resume))
         saved = None if previous_run is None else previous_run / _OVERRIDES_FILE
         if saved is not None and saved.is_file():
-            # The resumed run starts from the original run's overrides; new ones win.
-            lines = saved.read_text().splitlines()
-            kept = [o for o in lines if o and not o.startswith(("resume=", "run_name="))]
-            overrides = kept + overrides
+            # The resumed run starts from the run's saved (merged) overrides; new ones win.
+            lines = saved.read_text(encoding="utf-8").splitlines()
+            kept = [o for o in lines if o and not o.startswith(_NOT_SAVED)]
+            overrides = merge_overrides(kept, overrides)
             composed = compose_config(overrides)
     cfg: dict[str, Any] = OmegaConf.to_container(composed, resolve=True)  # type: ignore[assignment]
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     run = resolve_run(cfg, explicit=explicit_keys(overrides), cuda_count=cuda_count)
-    return run, resume_from, previous_run, cuda_count
+    settings = [o for o in merge_overrides(overrides) if not o.startswith(_NOT_SAVED)]
+    return _Composed(run, resume_from, previous_run, cuda_count, settings)
 
 
 def _print_config(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
-    run, _, _, _ = _composed(overrides)
+    run = _composed(overrides).run
     sys.stdout.write(OmegaConf.to_yaml(run.config))
     return 0
 
@@ -161,7 +181,7 @@ def train(overrides: list[str]) -> int:
     from trainer.config.placement import describe_placement, placement_of
     from trainer.run_dir import create_run_dir, default_run_name
 
-    run, resume_from, previous_run, cuda_count = _composed(overrides)
+    run, resume_from, previous_run, cuda_count, settings = _composed(overrides)
     budget = run.config["algo"]["trainer"]["num_learning_iterations"]
     resumed_at = None if resume_from is None else check_resumable(resume_from, run)
     if resumed_at is not None and resumed_at >= budget:
@@ -182,8 +202,7 @@ def train(overrides: list[str]) -> int:
     if same_run and resume_from is not None and previous_run is not None:
         _refuse_overwriting_later_checkpoints(resume_from, previous_run)
     run_dir = create_run_dir(run_dir.parent, run_dir.name, OmegaConf.to_yaml(cfg), resuming=same_run)
-    own = [o for o in overrides if not o.startswith("resume=")]
-    (run_dir / _OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in own), encoding="utf-8")
+    (run_dir / _OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
     plan = run.plan(run_dir, resume_from, topology)
     out = sys.stdout
     for note in run.notes:

@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from trainer.config.exceptions import TrainerAppError
 from trainer.config.store import PRIMARY_CONFIG, register_configs
 
-__all__ = ["compose_config", "explicit_keys"]
+__all__ = ["compose_config", "explicit_keys", "merge_overrides"]
 
 _MISSING = re.compile(r"Could not find '([^/']+)/([^']*)'")
 _GRAMMAR = "write overrides as key=value, e.g. algo.trainer.async_options.num_collectors=2"
@@ -43,6 +43,28 @@ def explicit_keys(overrides: list[str]) -> frozenset[str]:
     """The keys the user set on the command line (``algo.agent.batch_size``), without ``+``/``~``."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     return frozenset(o.key_or_group for o in parsed)
+
+
+def merge_overrides(*layers: list[str]) -> list[str]:
+    """The overrides of ``layers`` with one entry per key: a later layer's (or line's) entry wins.
+
+    ``task=ant`` and ``task=hopper`` share the key ``task``; ``+k=v``, ``++k=v`` and ``~k`` count as
+    ``k``. The result keeps each key's latest entry, in the order the keys were last set.
+
+    Raises:
+        TrainerAppError: An override is malformed (one line, as ``compose_config`` says it).
+    """
+    parser = OverridesParser.create()
+    merged: dict[str, str] = {}
+    for layer in layers:
+        try:
+            parsed = parser.parse_overrides(layer)
+        except HydraException as error:
+            raise TrainerAppError(condense_error(error)) from None
+        for text, override in zip(layer, parsed, strict=True):
+            merged.pop(override.key_or_group, None)
+            merged[override.key_or_group] = text
+    return list(merged.values())
 
 
 def condense_error(error: BaseException) -> str:

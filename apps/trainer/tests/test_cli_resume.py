@@ -1,0 +1,48 @@
+"""Resume keeps the run's settings: overrides.txt holds the merged overrides, one per key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from fastsac_core import peek_checkpoint
+from trainer.cli import main
+
+SYNC_TINY = [
+    "task=pendulum",
+    "task.num_envs=2",
+    "algo.trainer.asynchronous=false",
+    "algo.trainer.logging_interval=2",
+    "algo.trainer.save_interval=2",
+    "algo.agent.learning_starts=2",
+    "algo.agent.batch_size=32",
+    "algo.agent.num_updates=1",
+    "console=plain",
+]
+
+
+def _train(args: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 0
+
+
+@pytest.mark.slow
+def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
+    """A second resume= starts from the merged overrides of the first: task, sizes and gamma stay."""
+    run_dir = tmp_path / "runs" / "r"
+    _train([*SYNC_TINY, "algo.trainer.num_learning_iterations=4", f"runs_root={run_dir.parent}", "run_name=r"])
+    _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6", "algo.agent.gamma=0.9"])
+    _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=8"])
+
+    assert peek_checkpoint(run_dir / "checkpoints" / "model_0000008.pt")["extra"]["iteration"] == 8
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.task.name == "pendulum" and saved.task.num_envs == 2
+    assert saved.algo.agent.gamma == 0.9, "a setting of the first resume survives the second"
+    lines = (run_dir / "overrides.txt").read_text().splitlines()
+    keys = [line.partition("=")[0] for line in lines]
+    assert len(keys) == len(set(keys)), f"one entry per key: {lines}"
+    assert "algo.trainer.num_learning_iterations=8" in lines and "algo.agent.gamma=0.9" in lines
+    assert not [line for line in lines if line.startswith(("resume=", "run_name="))], lines
