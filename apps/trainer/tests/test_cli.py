@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,42 @@ def test_help_lists_tasks_and_options() -> None:
         "export",
     ):
         assert key in out
+
+
+@pytest.mark.slow
+def test_runs_started_at_once_with_default_names_get_their_own_folders(tmp_path: Path) -> None:
+    """Two CLI runs at once with every default name of the next minutes taken: each gets a new folder."""
+    from trainer.run_dir import default_run_name
+
+    runs = tmp_path / "runs"
+    now = time.time()
+    taken = {default_run_name("pendulum", now + s) for s in range(-2, 300)}
+    for name in taken:
+        (runs / name).mkdir(parents=True)
+        (runs / name / "config.yaml").write_text("another run\n")
+    command = [
+        str(TRAINER_SCRIPT), *TINY, "algo.trainer.asynchronous=false",
+        "algo.trainer.num_learning_iterations=4", f"runs_root={runs}",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        outputs = [proc.communicate(timeout=240) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    folders = [Path(line.removeprefix("run folder: ")) for out, _ in outputs for line in out.splitlines()
+               if line.startswith("run folder: ")]  # fmt: skip
+    assert len(folders) == 2 and folders[0] != folders[1], folders
+    for folder in folders:
+        assert folder.name not in taken and folder.parent == runs
+        assert (folder / "checkpoints" / "model_0000004.pt").is_file()
+        assert len(list(folder.glob("events.out.tfevents.*"))) == 1
+    assert {p.name for p in runs.iterdir()} == taken | {f.name for f in folders}
+    assert all((runs / name / "config.yaml").read_text() == "another run\n" for name in taken)
+    assert all([p.name for p in (runs / name).iterdir()] == ["config.yaml"] for name in taken)

@@ -188,3 +188,20 @@ def test_resuming_an_older_checkpoint_into_its_own_folder_is_refused(
         "model_0000004.pt",
         "model_0000006.pt",
     ]
+
+
+def test_a_new_run_never_writes_into_another_runs_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """run_name= of a non-empty folder without resume=: one line, the folder stays as it was."""
+    taken = tmp_path / "runs" / "taken"
+    taken.mkdir(parents=True)
+    (taken / "config.yaml").write_text("another run\n")
+    args = [*SMALL, "algo.trainer.num_learning_iterations=2", f"runs_root={taken.parent}", "run_name=taken"]
+    line = _fail(capsys, args)
+    assert line == (
+        f"error: run_name='taken' is invalid: {taken} is not empty; choose another run_name, "
+        "or leave it unset for a new <task>-<time> folder"
+    )
+    assert [p.name for p in taken.iterdir()] == ["config.yaml"]
+    assert (taken / "config.yaml").read_text() == "another run\n"

@@ -33,7 +33,9 @@ def _train(args: list[str]) -> None:
 def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
     """A second resume= starts from the merged overrides of the first: task, sizes and gamma stay."""
     run_dir = tmp_path / "runs" / "r"
-    _train([*SYNC_TINY, "algo.trainer.num_learning_iterations=4", f"runs_root={run_dir.parent}", "run_name=r"])
+    _train(
+        [*SYNC_TINY, "algo.trainer.num_learning_iterations=4", f"runs_root={run_dir.parent}", "run_name=r"]
+    )
     _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6", "algo.agent.gamma=0.9"])
     _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=8"])
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from trainer.config.exceptions import TrainerAppError
-from trainer.run_dir import create_run_dir, latest_checkpoint, resolve_resume
+from trainer.run_dir import (
+    create_default_run_dir,
+    create_run_dir,
+    default_run_name,
+    latest_checkpoint,
+    resolve_resume,
+)
 
 
 def test_create_run_dir_makes_the_layout_and_saves_the_config(tmp_path: Path) -> None:
@@ -62,3 +71,58 @@ def test_a_loose_checkpoint_file_belongs_to_no_run_folder(tmp_path: Path) -> Non
     copied.parent.mkdir(parents=True)
     copied.write_bytes(b"x")
     assert resolve_resume(str(copied)) == (copied, None)
+
+
+def _at_once(count: int, create: Callable[[], Path]) -> list[Path | TrainerAppError]:
+    """Run ``create`` in ``count`` threads released together; each result or its TrainerAppError."""
+    barrier = threading.Barrier(count)
+    results: list[Path | TrainerAppError] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        barrier.wait(timeout=10)
+        try:
+            result: Path | TrainerAppError = create()
+        except TrainerAppError as error:
+            result = error
+        with lock:
+            results.append(result)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(results) == count
+    return results
+
+
+def test_new_runs_of_one_name_at_once_get_the_folder_once(tmp_path: Path) -> None:
+    """Of runs created at once with one run_name, exactly one gets the folder; the others are refused."""
+    results = _at_once(4, lambda: create_run_dir(tmp_path, "r", "a: 1\n"))
+    made = [r for r in results if isinstance(r, Path)]
+    refused = [str(r) for r in results if isinstance(r, TrainerAppError)]
+    assert made == [tmp_path / "r"] and len(refused) == 3, results
+    assert all(line.startswith("run_name='r' is invalid: ") for line in refused), refused
+
+
+def test_default_names_of_runs_started_at_once_are_unique(tmp_path: Path) -> None:
+    """Runs started in the same second with the default name each get their own folder."""
+    now = time.time()
+    results = _at_once(4, lambda: create_default_run_dir(tmp_path, "pendulum", "a: 1\n", now=now))
+    assert all(isinstance(r, Path) for r in results), results
+    base = default_run_name("pendulum", now)
+    assert sorted(p.name for p in results) == [base, f"{base}-2", f"{base}-3", f"{base}-4"]  # type: ignore[union-attr]
+    for folder in results:
+        assert {p.name for p in folder.iterdir()} == {"logs", "async_errors", "checkpoints", "config.yaml"}  # type: ignore[union-attr]
+
+
+def test_a_new_run_never_writes_into_a_non_empty_folder(tmp_path: Path) -> None:
+    """run_name= of a folder that holds anything is refused without resume=; an empty folder is used."""
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine\n")
+    with pytest.raises(TrainerAppError, match=r"^run_name='taken' is invalid: .* is not empty; choose"):
+        create_run_dir(tmp_path, "taken", "a: 1\n")
+    assert [p.name for p in (tmp_path / "taken").iterdir()] == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    assert create_run_dir(tmp_path, "empty", "a: 1\n") == tmp_path / "empty"

@@ -53,7 +53,11 @@ def test_explicit_keys_parses_the_override_keys() -> None:
 def test_merge_overrides_keeps_one_entry_per_key_the_latest() -> None:
     """Merging saved and new overrides keeps each key once, with its latest value."""
     saved = ["task=ant", "seed=1", "algo.agent.gamma=0.9", "seed=2"]
-    assert merge_overrides(saved, ["task=hopper", "+seed=3"]) == ["algo.agent.gamma=0.9", "task=hopper", "+seed=3"]
+    assert merge_overrides(saved, ["task=hopper", "+seed=3"]) == [
+        "algo.agent.gamma=0.9",
+        "task=hopper",
+        "+seed=3",
+    ]
 
 
 @pytest.mark.parametrize(

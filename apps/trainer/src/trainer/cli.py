@@ -179,7 +179,6 @@ def train(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from trainer.config.placement import describe_placement, placement_of
-    from trainer.run_dir import create_run_dir, default_run_name
 
     run, resume_from, previous_run, cuda_count, settings = _composed(overrides)
     budget = run.config["algo"]["trainer"]["num_learning_iterations"]
@@ -194,14 +193,7 @@ def train(overrides: list[str]) -> int:
     placement = describe_placement(run, topology)
     trainer_fn = select_trainer(run.config["algo"]["trainer"]["asynchronous"])
     cfg = run.config
-    if cfg["run_name"] is None and previous_run is not None:
-        run_dir = previous_run
-    else:
-        run_dir = Path(cfg["runs_root"]) / (cfg["run_name"] or default_run_name(run.task_name))
-    same_run = previous_run is not None and run_dir.resolve() == previous_run.resolve()
-    if same_run and resume_from is not None and previous_run is not None:
-        _refuse_overwriting_later_checkpoints(resume_from, previous_run)
-    run_dir = create_run_dir(run_dir.parent, run_dir.name, OmegaConf.to_yaml(cfg), resuming=same_run)
+    run_dir = _open_run_dir(run, resume_from, previous_run, OmegaConf.to_yaml(cfg))
     (run_dir / _OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
     plan = run.plan(run_dir, resume_from, topology)
     out = sys.stdout
@@ -213,6 +205,28 @@ def train(overrides: list[str]) -> int:
         out.write(f"resuming from {resume_from}\n")
     out.flush()
     return _run_with_console(plan, cfg["console"], trainer_fn, resumed_at)
+
+
+def _open_run_dir(run: Any, resume_from: Path | None, previous_run: Path | None, config_yaml: str) -> Path:
+    """The run folder: the one ``run_name`` names, else a resume's own, else a new ``<task>-<time>``.
+
+    Raises:
+        TrainerAppError: A new run would write into a folder that holds something, or a resume
+            into its own folder would overwrite later checkpoints.
+    """
+    from trainer.run_dir import create_default_run_dir, create_run_dir
+
+    runs_root, name = Path(run.config["runs_root"]), run.config["run_name"]
+    if name is not None:
+        run_dir = runs_root / name
+    elif previous_run is not None:
+        run_dir = previous_run
+    else:
+        return create_default_run_dir(runs_root, run.task_name, config_yaml)
+    same_run = previous_run is not None and run_dir.resolve() == previous_run.resolve()
+    if same_run and resume_from is not None:
+        _refuse_overwriting_later_checkpoints(resume_from, run_dir)
+    return create_run_dir(run_dir.parent, run_dir.name, config_yaml, resuming=same_run)
 
 
 def _refuse_overwriting_later_checkpoints(checkpoint: Path, run_dir: Path) -> None:

@@ -12,6 +12,7 @@ Layout (see ``wiki/trainer.md``)::
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from trainer.plan import checkpoint_dir
 
 __all__ = [
     "CONFIG_FILE",
+    "create_default_run_dir",
     "create_run_dir",
     "default_run_name",
     "errors_dir",
@@ -54,6 +56,10 @@ def errors_dir(run_dir: Path) -> Path:
 def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming: bool = False) -> Path:
     """Create ``runs_root/run_name`` with its sub-folders and write the resolved config.
 
+    A new run claims its folder atomically: the folder must be missing or empty, and ``config.yaml``
+    is created exclusively, so of several runs started at once with one name exactly one gets the
+    folder and the others are refused. A resume writes into its own run folder.
+
     Args:
         runs_root: Folder holding run folders (created when missing).
         run_name: Name of this run's folder.
@@ -64,19 +70,69 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
         The run folder.
 
     Raises:
-        TrainerAppError: The folder exists already and this is not a resume into it.
+        TrainerAppError: The folder holds something already (another run) and this is not a resume
+            into it.
     """
     run_dir = runs_root / run_name
-    has_checkpoints = checkpoint_dir(run_dir).is_dir() and any(checkpoint_dir(run_dir).iterdir())
-    if has_checkpoints and not resuming:
-        raise TrainerAppError(
+    if resuming:
+        _make_layout(run_dir)
+        (run_dir / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+        return run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml):
+        raise TrainerAppError(_taken(run_name, run_dir))
+    _make_layout(run_dir)
+    return run_dir
+
+
+def create_default_run_dir(runs_root: Path, task: str, config_yaml: str, *, now: float | None = None) -> Path:
+    """Create a new run folder named ``default_run_name(task, now)``, or that name with ``-2``, ``-3``...
+
+    The first name whose folder this call creates itself (an exclusive ``mkdir``) is the run's, so
+    runs started in the same second never share a folder, and no existing folder is written into.
+
+    Returns:
+        The run folder, with its sub-folders and ``config.yaml``.
+    """
+    base = default_run_name(task, now)
+    for count in itertools.count(1):
+        run_dir = runs_root / (base if count == 1 else f"{base}-{count}")
+        try:
+            run_dir.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        if _claim(run_dir, config_yaml):
+            break
+    _make_layout(run_dir)
+    return run_dir
+
+
+def _make_layout(run_dir: Path) -> None:
+    for folder in (run_dir, logs_dir(run_dir), errors_dir(run_dir), checkpoint_dir(run_dir)):
+        folder.mkdir(parents=True, exist_ok=True)
+
+
+def _claim(run_dir: Path, config_yaml: str) -> bool:
+    """Create ``config.yaml`` exclusively: False when another run created it first."""
+    try:
+        with (run_dir / CONFIG_FILE).open("x", encoding="utf-8") as file:
+            file.write(config_yaml)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _taken(run_name: str, run_dir: Path) -> str:
+    """The one-line refusal of a new run into ``run_dir``, which holds something already."""
+    if checkpoint_dir(run_dir).is_dir() and any(checkpoint_dir(run_dir).iterdir()):
+        return (
             f"run_name={run_name!r} is invalid: {run_dir} holds checkpoints already; "
             f"choose another run_name or pass resume={run_dir}"
         )
-    for folder in (run_dir, logs_dir(run_dir), errors_dir(run_dir), checkpoint_dir(run_dir)):
-        folder.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
-    return run_dir
+    return (
+        f"run_name={run_name!r} is invalid: {run_dir} is not empty; choose another run_name, "
+        "or leave it unset for a new <task>-<time> folder"
+    )
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
