@@ -205,3 +205,61 @@ def test_a_new_run_never_writes_into_another_runs_folder(
     )
     assert [p.name for p in taken.iterdir()] == ["config.yaml"]
     assert (taken / "config.yaml").read_text() == "another run\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["hydra.run.dir=/tmp/x"],
+            "error: hydra.run.dir='/tmp/x' is not supported: the trainer uses no hydra settings (hydra.*, "
+            "hydra/...); its run folder is runs_root/run_name: set runs_root=DIR run_name=NAME instead",
+        ),
+        (["hydra/launcher=basic"], "error: hydra/launcher='basic' is not supported: the trainer uses no"),
+        (
+            ["--multirun", "seed=1,2"],
+            "error: --multirun is not supported: the trainer runs one configuration per command; "
+            "start one command per setting, e.g. `for s in 1 2; do trainer seed=$s; done`",
+        ),
+        (["-m"], "error: -m is not supported: the trainer runs one configuration per command"),
+        (
+            ["--config-name", "x"],
+            "error: --config-name is not an option: the trainer takes key=value overrides only; "
+            "see `trainer --help`",
+        ),
+    ],
+)
+def test_hydra_options_the_trainer_does_not_use_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], expected: str
+) -> None:
+    """hydra.* keys, hydra groups, --multirun and other flags: one line, nothing written."""
+    runs = tmp_path / "runs"
+    small = [*SMALL, "algo.trainer.num_learning_iterations=2", f"runs_root={runs}", "console=plain"]
+    assert _fail(capsys, [*small, *args]).startswith(expected)
+    assert _fail(capsys, ["--cfg", "job", *args]).startswith(expected)
+    assert not runs.exists()
+
+
+def test_an_invalid_profiler_variable_is_refused_before_the_run_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FASTSAC_PROFILE_LEARNER=abc: one line naming the variable and the fix, no run folder."""
+    monkeypatch.setenv("FASTSAC_PROFILE_LEARNER", "abc")
+    runs = tmp_path / "runs"
+    args = ["task=pendulum", "algo.trainer.device=cpu", f"runs_root={runs}", "console=plain"]
+    assert _fail(capsys, args) == (
+        "error: FASTSAC_PROFILE_LEARNER='abc' is not a number of learner iterations; unset it or use e.g. 50"
+    )
+    assert not runs.exists()
+
+
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_a_missing_checkpoint_names_the_checkpoint_option(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    """`trainer eval|export checkpoint=<missing>` names checkpoint=, not resume=."""
+    missing = tmp_path / "nope"
+    assert _fail(capsys, [command, f"checkpoint={missing}"]) == (
+        f"error: checkpoint='{missing}' is invalid: no such file or folder; pass a run folder (runs/<run>) "
+        "or a checkpoint file (runs/<run>/checkpoints/model_0001000.pt)"
+    )

@@ -77,7 +77,7 @@ def test_eval_prints_the_mean_return(run_dir: Path, capsys: pytest.CaptureFixtur
     ("args", "message"),
     [
         (["episodes=3"], "checkpoint is missing"),
-        (["checkpoint=/nonexistent/run"], "resume='/nonexistent/run' is invalid: no such file"),
+        (["checkpoint=/nonexistent/run"], "checkpoint='/nonexistent/run' is invalid: no such file"),
         (["checkpoint={run}", "episodes=0"], "episodes='0' is invalid"),
         (["checkpoint={run}", "bogus=1"], "bogus='1' is not an option of `trainer eval`"),
         (["checkpoint={run}", "nokv"], "malformed argument 'nokv'"),

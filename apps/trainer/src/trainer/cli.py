@@ -116,8 +116,33 @@ def _dispatch(args: list[str]) -> int:
             from trainer.config.exceptions import TrainerAppError
 
             raise TrainerAppError(f"--cfg {what!r} is not supported; use `--cfg job`")
-        return _print_config(args[:at] + args[at + 2 :])
-    return train(args)
+        return _print_config(_overrides_only(args[:at] + args[at + 2 :]))
+    return train(_overrides_only(args))
+
+
+_MULTIRUN = ("--multirun", "-m")
+
+
+def _overrides_only(args: list[str]) -> list[str]:
+    """``args``, once none of them is a flag (hydra's ``--multirun``, ``--config-name``...).
+
+    Raises:
+        TrainerAppError: An argument is a flag; the message says what to do instead.
+    """
+    from trainer.config.exceptions import TrainerAppError
+
+    for arg in args:
+        if arg in _MULTIRUN:
+            raise TrainerAppError(
+                f"{arg} is not supported: the trainer runs one configuration per command; start one "
+                "command per setting, e.g. `for s in 1 2; do trainer seed=$s; done`"
+            )
+        if arg.startswith("-"):
+            raise TrainerAppError(
+                f"{arg.partition('=')[0]} is not an option: the trainer takes key=value overrides only; "
+                "see `trainer --help`"
+            )
+    return args
 
 
 class _Composed(NamedTuple):

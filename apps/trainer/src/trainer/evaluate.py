@@ -162,7 +162,7 @@ def eval_main(args: list[str]) -> int:
     )
     if "checkpoint" not in options:
         raise TrainerAppError("checkpoint is missing: `trainer eval checkpoint=runs/<run> [episodes=N]`")
-    checkpoint, run_dir = resolve_resume(options["checkpoint"])
+    checkpoint, run_dir = resolve_resume(options["checkpoint"], "checkpoint")
     episodes = parse_int("episodes", options.get("episodes", "10"), 1)
     seed = parse_int("seed", options.get("seed", "0"), 0)
     policy, _ = load_policy(checkpoint, options.get("device", "cpu"))

@@ -117,7 +117,7 @@ def export_main(args: list[str]) -> int:
     fmt = options.get("format", "onnx")
     if fmt != "onnx":
         raise TrainerAppError(f"format={fmt!r} is invalid: use format=onnx")
-    checkpoint, _ = resolve_resume(options["checkpoint"])
+    checkpoint, _ = resolve_resume(options["checkpoint"], "checkpoint")
     out = Path(options["out"]) if "out" in options else checkpoint.with_suffix(".onnx")
     policy, meta = load_policy(checkpoint)
     model, sidecar = export_onnx(policy, out, meta)

@@ -147,8 +147,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def resolve_resume(target: str) -> tuple[Path, Path | None]:
+def resolve_resume(target: str, setting: str = "resume") -> tuple[Path, Path | None]:
     """Turn ``resume=<run folder or checkpoint>`` into (checkpoint file, run folder it belongs to).
+
+    ``setting`` is the option's name in the messages (``checkpoint`` for ``trainer eval``).
 
     A checkpoint file outside a run's ``checkpoints/`` folder (a copy, a download) belongs to no run
     folder: None, and the resumed run gets a new one rather than writing beside that file.
@@ -166,11 +168,11 @@ def resolve_resume(target: str) -> tuple[Path, Path | None]:
         latest = latest_checkpoint(run_dir)
         if latest is None:
             raise TrainerAppError(
-                f"resume={target!r} is invalid: {checkpoint_dir(run_dir)} holds no model_*.pt checkpoint; "
+                f"{setting}={target!r} is invalid: {checkpoint_dir(run_dir)} holds no model_*.pt checkpoint; "
                 "pass a run folder that has saved at least one checkpoint, or a checkpoint file"
             )
         return latest, run_dir
     raise TrainerAppError(
-        f"resume={target!r} is invalid: no such file or folder; pass a run folder (runs/<run>) "
+        f"{setting}={target!r} is invalid: no such file or folder; pass a run folder (runs/<run>) "
         "or a checkpoint file (runs/<run>/checkpoints/model_0001000.pt)"
     )

@@ -31,12 +31,28 @@ def compose_config(overrides: list[str]) -> DictConfig:
         TrainerAppError: A malformed override, an unknown group option or key, or a value of the
             wrong type; the message is one line naming the override and the fix.
     """
+    _refuse_hydra_settings(overrides)
     register_configs()
     try:
         with initialize(version_base=None, config_path=None):
             return compose(config_name=PRIMARY_CONFIG, overrides=overrides)
     except (HydraException, OmegaConfBaseException) as error:
         raise TrainerAppError(condense_error(error)) from None
+
+
+def _refuse_hydra_settings(overrides: list[str]) -> None:
+    """Hydra's own settings would be accepted and ignored by the compose API: refuse them instead."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:
+        raise TrainerAppError(condense_error(error)) from None
+    for override in parsed:
+        if override.is_hydra_override():
+            raise TrainerAppError(
+                f"{override.key_or_group}={override.value()!r} is not supported: the trainer uses no hydra "
+                "settings (hydra.*, hydra/...); its run folder is runs_root/run_name: set runs_root=DIR "
+                "run_name=NAME instead"
+            )
 
 
 def explicit_keys(overrides: list[str]) -> frozenset[str]:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastsac_async import AsyncConfigError
 from fastsac_async.config import AsyncOptions
+from fastsac_async.profiling import profile_iterations
 from fastsac_core.config import FastSACConfig
 from fastsac_core.env import EnvDims
 from topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
@@ -165,6 +167,14 @@ def _library_config(cls: type[Any], setting: str, values: dict[str, Any]) -> Any
         raise TrainerAppError(f"{setting}: {error}") from None
 
 
+def _check_environment() -> None:
+    """The environment variables an asynchronous run reads, checked before anything is written."""
+    try:
+        profile_iterations()
+    except AsyncConfigError as error:
+        raise TrainerAppError(str(error)) from None
+
+
 def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: int) -> ResolvedRun:
     """Validate ``cfg`` (plain containers, modified in place) and resolve it into a run.
 
@@ -178,6 +188,8 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
     """
     validate_config(cfg, cuda_count)
     trainer = cfg["algo"]["trainer"]
+    if trainer["asynchronous"]:
+        _check_environment()
     device = resolve_device(trainer["device"], cuda_count)
     notes: list[str] = []
     sized = size_collectors_in_place(cfg, explicit, device, cuda_count)
