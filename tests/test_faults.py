@@ -6,13 +6,13 @@ import re
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, WorkerFailed, run_engine
 from fastsac_async.testing import FailingEnvFactory, FakeEnvFactory, LearnerFaultEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
-from shm_transport import default_prefix, list_segments
 
 CFG = FastSACConfig(
     actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,
@@ -39,7 +39,7 @@ def _pid(tmp_path: Path, worker: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", ["collector1", "learner0"])
-def test_sigkill_mid_run_stops_everything(tmp_path: Path, victim: str) -> None:
+def test_sigkill_mid_run_stops_everything(tmp_path: Path, victim: str, run_end: Any) -> None:
     """SIGKILL mid-run: the parent stops within a bound, names the worker and signal, leaves nothing."""
     killed_at: list[float] = []
 
@@ -50,30 +50,40 @@ def test_sigkill_mid_run_stops_everything(tmp_path: Path, victim: str) -> None:
 
     with pytest.raises(WorkerFailed) as info:
         run_engine(_spec(tmp_path, FakeEnvFactory(step_delay_s=0.002)), on_stats)
+    stopped_at = time.monotonic()
     assert killed_at, "the run got to updates before the kill"
-    assert time.monotonic() - killed_at[0] < 30.0
     failure = info.value
-    assert failure.worker == victim and failure.exitcode == -signal.SIGKILL
     message = str(failure)
-    assert victim in message and "killed by signal 9" in message
+    run_end.check(
+        processes=run_end.worker_pids(tmp_path).values(), creators={os.getpid()},
+        exit_code=failure.exitcode, expected_exit=-signal.SIGKILL, worker=victim, message=message,
+        fault_at=killed_at[0], stopped_at=stopped_at, bound_s=30.0,
+    )  # fmt: skip
+    assert failure.worker == victim and "killed by signal 9" in message
     assert str(tmp_path / "async_errors" / f"{victim}_error.log") in message
-    assert not [s for s in list_segments() if s.creator_pid == os.getpid()]
 
 
 @pytest.mark.slow
-def test_raising_worker_leaves_its_traceback(tmp_path: Path) -> None:
+def test_raising_worker_leaves_its_traceback(tmp_path: Path, run_end: Any) -> None:
     """A collector whose env raises: WorkerFailed names it; its error log holds the traceback."""
     with pytest.raises(WorkerFailed) as info:
         run_engine(_spec(tmp_path, FailingEnvFactory(fail_at_step=12)))
+    stopped_at = time.monotonic()
     failure = info.value
-    assert failure.worker.startswith("collector") and failure.exitcode == 1
+    # The fault is when the worker wrote its traceback.
+    fault_at = stopped_at - (time.time() - failure.error_log.stat().st_mtime)
+    run_end.check(
+        processes=run_end.worker_pids(tmp_path).values(), creators={os.getpid()},
+        exit_code=failure.exitcode, expected_exit=1, worker=failure.worker, message=str(failure),
+        fault_at=fault_at, stopped_at=stopped_at, bound_s=30.0,
+    )  # fmt: skip
+    assert failure.worker.startswith("collector")
     text = failure.error_log.read_text()
     assert "Traceback" in text and "env exploded at step 12" in text
-    assert not [s for s in list_segments() if s.creator_pid == os.getpid()]
 
 
 @pytest.mark.slow
-def test_the_failing_learner_is_named_not_the_peer_its_failure_broke(tmp_path: Path) -> None:
+def test_the_failing_learner_is_named_not_the_peer_its_failure_broke(tmp_path: Path, run_end: Any) -> None:
     """Learner 1 raises mid-run, then unwinds slowly: it is named within 10 s of its failure, nothing left.
 
     Its teardown takes 2 x 10 s (one slow close per ring of its 2 collectors, as CUDA-IPC consumers
@@ -93,27 +103,24 @@ def test_the_failing_learner_is_named_not_the_peer_its_failure_broke(tmp_path: P
     )
     with pytest.raises(WorkerFailed) as info:
         run_engine(spec)
-    named_after = time.time() - float(mark.read_text())
+    stopped_at = time.monotonic()
     failure = info.value
+    run_end.check(
+        processes=run_end.worker_pids(tmp_path).values(), creators={os.getpid()},
+        # exited 1, or was still unwinding when named
+        exit_code=failure.exitcode, expected_exit=(1, None), worker="learner1", message=str(failure),
+        fault_at=stopped_at - (time.time() - float(mark.read_text())), stopped_at=stopped_at,
+        bound_s=10.0 + spec.shutdown_timeout_s,
+    )  # fmt: skip
     assert failure.worker == "learner1", str(failure)
-    assert failure.exitcode in (1, None), "exited 1, or was still unwinding when named"
-    assert named_after < 10.0 + spec.shutdown_timeout_s, "named and stopped within the bound"
     assert "update 4 failed (injected)" in failure.error_log.read_text(), "its traceback, even if cut short"
-    assert not [s for s in list_segments() if s.creator_pid == os.getpid()]
-
-
-def _worker_pids(run_dir: Path) -> dict[str, int]:
-    pids = {}
-    for log in (run_dir / "logs").glob("*.log"):
-        match = re.search(r"started \(pid (\d+)", log.read_text())
-        if match:
-            pids[log.stem] = int(match.group(1))
-    return pids
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(tmp_path: Path) -> None:
+def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(
+    tmp_path: Path, run_end: Any
+) -> None:
     """SIGKILL the parent of a CUDA run with CUDA-IPC rings and weights: every worker dies, nothing stays."""
     import subprocess
     import sys
@@ -133,22 +140,17 @@ def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(t
         while not list((run_dir / "checkpoints").glob("model_*.pt")):
             assert parent.poll() is None and time.monotonic() < deadline, "the run trained and saved"
             time.sleep(0.5)
-        pids = _worker_pids(run_dir)
+        pids = run_end.worker_pids(run_dir)
         assert {"learner0", "collector0", "collector1"} <= set(pids)
         pids["parent"] = parent.pid
         os.kill(parent.pid, signal.SIGKILL)
         killed = time.monotonic()
         parent.wait(30)
-        while any(Path(f"/proc/{pid}").exists() for pid in pids.values()) and time.monotonic() - killed < 30:
-            time.sleep(0.1)
-        alive = [name for name, pid in pids.items() if Path(f"/proc/{pid}").exists()]
-        assert not alive, f"still alive {time.monotonic() - killed:.1f} s after the parent's SIGKILL: {alive}"
-        time.sleep(3.0)  # whoever cleans up after them has had its chance
-        left = sorted(
-            p.name for p in Path("/dev/shm").iterdir() for pid in pids.values()
-            if p.name.startswith((f"torch_{pid}_", f"{default_prefix()}{pid}-"))
+        run_end.check(
+            processes=pids.values(), exit_code=parent.returncode, expected_exit=-signal.SIGKILL,
+            fault_at=killed, stopped_at=time.monotonic(), bound_s=30.0,
+            settle_s=3.0,  # whoever cleans up after them has had its chance
         )  # fmt: skip
-        assert not left, f"left in /dev/shm after the parent's SIGKILL: {left}"
     finally:
         if parent.poll() is None:
             parent.kill()
