@@ -126,3 +126,14 @@ def test_a_new_run_never_writes_into_a_non_empty_folder(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["notes.txt"]
     (tmp_path / "empty").mkdir()
     assert create_run_dir(tmp_path, "empty", "a: 1\n") == tmp_path / "empty"
+
+
+def test_a_resume_removes_the_partial_checkpoint_a_kill_left(tmp_path: Path) -> None:
+    """A checkpoint write cut short by a kill leaves a temporary file; resuming into the folder removes it."""
+    run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
+    partial = run_dir / "checkpoints" / ".model_0000010.pt.abc123.tmp"
+    partial.write_bytes(b"torn")
+    kept = run_dir / "checkpoints" / "model_0000008.pt"
+    kept.write_bytes(b"x")
+    create_run_dir(tmp_path, "r", "a: 2\n", resuming=True)
+    assert not partial.exists() and kept.exists()

@@ -76,6 +76,10 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
     run_dir = runs_root / run_name
     if resuming:
         _make_layout(run_dir)
+        # A run killed while it wrote a checkpoint leaves that write's temporary file (never read as a
+        # checkpoint): the resumed run owns the folder, so no other writer can be using one.
+        for partial in checkpoint_dir(run_dir).glob(".model_*.pt.*.tmp"):
+            partial.unlink(missing_ok=True)
         (run_dir / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
