@@ -59,7 +59,7 @@ def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path)
     assert "killed by signal 9" in message and "no traceback" in message
     start = time.monotonic()
     sup.shutdown([["collector0"], ["learner0"]], timeout_s=1.0, before_group=lambda i: None)
-    # The worst case is join (1 s), terminate and join (2 s), kill and join (2 s): 5 s, plus slack for
+    # The worst case is join (1 s), stack dump (0.2 s), kill and join (2 s): 3.2 s, plus slack for
     # a loaded machine.
     assert time.monotonic() - start < 10.0
     assert sup.alive() == []
@@ -88,3 +88,41 @@ def test_worker_dies_with_its_parent(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             parent.kill()
         parent.join(5)
+
+
+def test_workers_ignore_stop_signals_from_birth_and_a_stuck_one_is_killed_with_its_stacks(
+    tmp_path: Path,
+) -> None:
+    """Stop signals sent while a worker still imports never kill it; shutdown dumps its stacks, kills it."""
+    sup = Supervisor(tmp_path)
+    sup.spawn("collector0", sleeping_worker, {"seconds": 120.0}, threads=1)
+    pid = sup.pid("collector0")
+    assert pid is not None
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1):
+        os.kill(pid, sig)  # the child is still starting Python: the signals are blocked, then ignored
+    log = tmp_path / "logs" / "collector0.log"
+    deadline = time.monotonic() + 60
+    while "sleeping" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1):
+        os.kill(pid, sig)
+    time.sleep(0.3)
+    assert sup.alive() == ["collector0"] and sup.new_exits() == []
+    start = time.monotonic()
+    assert sup.shutdown([["collector0"]], timeout_s=0.5, before_group=lambda i: None) == ["collector0"]
+    assert time.monotonic() - start < 5.0
+    assert sup.exitcode("collector0") == -signal.SIGKILL
+    assert "most recent call first" in log.read_text(), "the stack dump reaches the worker's log"
+
+
+def test_shutdown_skips_workers_that_were_never_spawned_and_hurry_ends_the_joins(tmp_path: Path) -> None:
+    """Shutdown with names never spawned (a boot cut short) still stops the rest; hurry skips the grace."""
+    sup = Supervisor(tmp_path)
+    sup.spawn("learner0", sleeping_worker, {"seconds": 120.0}, threads=1)
+    start = time.monotonic()
+    killed = sup.shutdown(
+        [["collector0", "collector1"], ["learner0"]], timeout_s=60.0, before_group=lambda i: None,
+        hurry=lambda: True,
+    )  # fmt: skip
+    assert killed == ["learner0"] and sup.alive() == []
+    assert time.monotonic() - start < 5.0

@@ -13,7 +13,13 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
 from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
 from fastsac_async.engine import AsyncEngine, EngineResult, EngineStats, StopReason, run_engine
-from fastsac_async.exceptions import AsyncConfigError, AsyncEngineError, BootTimeoutError, WorkerFailed
+from fastsac_async.exceptions import (
+    AsyncConfigError,
+    AsyncEngineError,
+    BootTimeoutError,
+    RunAborted,
+    WorkerFailed,
+)
 from fastsac_async.ingest import Ingestor, RingReader
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.spec import EngineSpec
@@ -72,5 +78,6 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "AsyncConfigError",
     "AsyncEngineError",
     "BootTimeoutError",
+    "RunAborted",
     "WorkerFailed",
 ]

@@ -13,9 +13,11 @@
 4. Names: once every worker reported ready (so every one has attached), the parent unlinks every
    segment name (create -> attach all -> unlink): the mappings live on, and /dev/shm holds nothing
    of the run from then on, whatever crashes later (the parent included).
-5. Shut down (always, bounded, idempotent): stop flag; join collectors; let the learners exit (a
-   CUDA-IPC allocation must outlive its consumers); join learners; terminate; kill. Then close
-   every segment (and unlink any name still there after a failed boot).
+5. Shut down (always, bounded, idempotent, each step isolated so none can skip the next): stop
+   flag; join collectors; let the learners exit (a CUDA-IPC allocation must outlive its
+   consumers); join learners; kill what is left (its stacks go to its log first). ``should_abort``
+   cuts the joins short: a stop at once, with no final checkpoint. Then close the queues, the
+   handshake and every segment (and unlink any name still there after a failed boot).
 6. A janitor process, started before anything is allocated and told every worker's pid, removes
    what a SIGKILLed parent could not (Note [janitor]).
 """
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastsac_async.control import Control
-from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, WorkerFailed
+from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, RunAborted, WorkerFailed
 from fastsac_async.janitor import Janitor
 from fastsac_async.profiling import profile_iterations
 from fastsac_async.spec import (
@@ -48,7 +50,7 @@ from fastsac_async.spec import (
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot, aggregate_collectors
 from fastsac_async.supervisor import Supervisor, WorkerExit
 from fastsac_async.workers import run_collector, run_learner
-from fastsac_core import build_actor, peek_checkpoint
+from fastsac_core import build_actor, discard_partial_checkpoints, peek_checkpoint
 from numa_bind import bound_for_child
 from shm_transport import (
     HandshakeAborted,
@@ -199,6 +201,7 @@ class AsyncEngine:
         on_stats: Callable[[EngineStats], None] = lambda stats: None,
         on_boot: Callable[[str, str], None] = lambda worker, state: None,
         should_stop: Callable[[], bool] = lambda: False,
+        should_abort: Callable[[], bool] = lambda: False,
     ) -> EngineResult:
         """Run to the end of the budget, a stop request, or a worker failure.
 
@@ -206,10 +209,13 @@ class AsyncEngine:
             on_stats: Called with every stats tick.
             on_boot: ``(worker, state)`` during start-up: ``booting``, ``ready``, ``running``.
             should_stop: Polled; True requests a clean stop (final checkpoint included).
+            should_abort: Polled, also during the shutdown; True stops at once: every worker is
+                killed (no final checkpoint), everything is released, and :class:`RunAborted` is raised.
 
         Raises:
             WorkerFailed: A worker exited unexpectedly (the run was stopped and cleaned up).
             BootTimeoutError: Workers did not report ready within ``boot_timeout_s``.
+            RunAborted: ``should_abort()`` turned true (the run was stopped and cleaned up).
         """
         spec = self.spec
         sup = Supervisor(spec.run_dir)
@@ -256,8 +262,10 @@ class AsyncEngine:
                             dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
                             on_boot, janitor)  # fmt: skip
             try:
-                self._boot(sup, control, handshake, on_boot, should_stop)
+                self._boot(sup, control, handshake, on_boot, lambda: should_stop() or should_abort())
             except HandshakeAborted:  # a stop request before every worker was ready (Ctrl+C at boot)
+                if should_abort():
+                    raise RunAborted("stopped at once during start-up: nothing was trained") from None
                 _log.info("stop requested during start-up: nothing was trained")
                 return EngineResult(
                     global_step=control.global_step, collector_steps=control.all_collector_steps(),
@@ -269,20 +277,31 @@ class AsyncEngine:
             # Collectors' queues first: a tick built from learner 0's snapshot then holds the collector
             # snapshots sent before it (the last tick included).
             ordered = [queues[name] for name in self._collectors + self._learners]
-            return self._monitor(sup, control, ordered, on_stats, should_stop)
+            return self._monitor(sup, control, ordered, on_stats, should_stop, should_abort)
         finally:
             control.request_stop()
-            sup.shutdown(
-                [self._collectors, self._learners],
-                spec.shutdown_timeout_s,
-                before_group=lambda i: control.release_learners() if i == 1 else None,
-            )
-            handshake.close()
-            for q in queues.values():
-                q.close()
-                q.cancel_join_thread()
-            segments.release()
-            janitor.close()
+
+            def stop_workers() -> None:
+                killed = sup.shutdown(
+                    [self._collectors, self._learners],
+                    spec.shutdown_timeout_s,
+                    before_group=lambda i: control.release_learners() if i == 1 else None,
+                    hurry=should_abort,
+                )
+                if any(name in self._learners for name in killed):  # maybe in the middle of a save
+                    for tmp in discard_partial_checkpoints(checkpoint_file(spec.run_dir, 0).parent):
+                        _log.info("removed %s (a checkpoint its killed writer did not finish)", tmp)
+
+            def close_queues() -> None:
+                for q in queues.values():
+                    q.close()
+                    q.cancel_join_thread()
+
+            for step in (stop_workers, handshake.close, close_queues, segments.release, janitor.close):
+                try:
+                    step()
+                except Exception:  # the next steps still run: nothing of the run may outlive it
+                    _log.exception("shutdown step %s failed", getattr(step, "__name__", step))
 
     def _spawn(
         self,
@@ -378,6 +397,7 @@ class AsyncEngine:
         stats_queues: list[Any],
         on_stats: Callable[[EngineStats], None],
         should_stop: Callable[[], bool],
+        should_abort: Callable[[], bool],
     ) -> EngineResult:
         spec = self.spec
         start = time.monotonic()
@@ -422,8 +442,12 @@ class AsyncEngine:
                     raise sup.failure(exit_)  # exited 0 before its loop was done
             forward()
             if all(control.learner_done(r) for r in range(spec.num_learners)):
-                last_checkpoint = self._final_checkpoint(control, reported, forward)
+                # Done, final checkpoint included: an abort from here on only hurries the shutdown.
+                last_checkpoint = self._final_checkpoint(control, reported, forward, should_abort)
                 break
+            if should_abort():
+                _log.warning("stopping at once: no final checkpoint")
+                raise RunAborted(f"stopped at once at global step {control.global_step}: no final checkpoint")
             over_time = spec.time_limit_s is not None and time.monotonic() - start > spec.time_limit_s
             if not control.stop_requested and (over_time or should_stop()):
                 stop_reason = "time_limit" if over_time else "stop_requested"
@@ -441,21 +465,25 @@ class AsyncEngine:
         )
 
     def _final_checkpoint(
-        self, control: Control, reported: list[str], forward: Callable[[], None]
+        self,
+        control: Control,
+        reported: list[str],
+        forward: Callable[[], None],
+        should_abort: Callable[[], bool],
     ) -> str | None:
         """The run's last checkpoint, once every learner is done.
 
         Learner 0 records its final checkpoint in ``control`` before its done flag, so the path is
         known even if the snapshot that names it is still in its queue's feeder thread (or was
         dropped by a full queue). That snapshot carries the console's "saved" line: wait for it
-        briefly (bounded).
+        briefly (bounded, and not at all once ``should_abort()``).
         """
         step = control.final_checkpoint_step
         if step is None:
             return reported[-1] if reported else None
         final = str(checkpoint_file(self.spec.run_dir, step))
         deadline = time.monotonic() + _FINAL_SNAPSHOT_WAIT_S
-        while final not in reported and time.monotonic() < deadline:
+        while final not in reported and time.monotonic() < deadline and not should_abort():
             time.sleep(0.02)
             forward()
         return final
@@ -477,6 +505,9 @@ def run_engine(
     on_stats: Callable[[EngineStats], None] = lambda stats: None,
     on_boot: Callable[[str, str], None] = lambda worker, state: None,
     should_stop: Callable[[], bool] = lambda: False,
+    should_abort: Callable[[], bool] = lambda: False,
 ) -> EngineResult:
     """Run ``spec`` with :class:`AsyncEngine` (see :meth:`AsyncEngine.run`)."""
-    return AsyncEngine(spec).run(on_stats=on_stats, on_boot=on_boot, should_stop=should_stop)
+    return AsyncEngine(spec).run(
+        on_stats=on_stats, on_boot=on_boot, should_stop=should_stop, should_abort=should_abort
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-__all__ = ["AsyncConfigError", "AsyncEngineError", "BootTimeoutError", "WorkerFailed"]
+__all__ = ["AsyncConfigError", "AsyncEngineError", "BootTimeoutError", "RunAborted", "WorkerFailed"]
 
 
 class AsyncEngineError(RuntimeError):
@@ -56,6 +56,13 @@ class BootTimeoutError(AsyncEngineError):
             f"async_options.boot_timeout_s={timeout_s:g}; read their logs in {logs_dir} "
             "or raise boot_timeout_s for slow first-time compilation"
         )
+
+
+class RunAborted(AsyncEngineError):  # noqa: N818 (it is an outcome, not a fault)
+    """The run was stopped at once (``should_abort``): every worker is gone, no final checkpoint.
+
+    The checkpoints written before are intact.
+    """
 
 
 def describe_exit(exitcode: int | None) -> str:

@@ -115,7 +115,8 @@ def _torch_files(pids: set[int]) -> tuple[str, ...]:
 def main(argv: list[str]) -> int:
     """The janitor process: ``janitor.py <parent pid> <segment prefix>``, commands on stdin."""
     parent, prefix = int(argv[1]), argv[2]
-    for sig in (signal.SIGINT, signal.SIGHUP):
+    # A job manager signals every process of the job (Note [worker signals]); the janitor ends on its pipe.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     workers: set[int] = set()
     for line in sys.stdin:

@@ -56,7 +56,7 @@ class EngineSpec:
     """Longest wait for the learners' process group to form, and for any one collective among them
     (torch.distributed's timeout: a rank left waiting longer fails the run)."""
     shutdown_timeout_s: float = 30.0
-    """Budget of the graceful part of the shutdown (then terminate, then kill)."""
+    """Budget of the graceful part of the shutdown (then stack dumps and SIGKILL for what is left)."""
     learner_threads: int | None = None
     """torch intra-op threads of a learner process; None: 1 for a CUDA learner (more only add host
     overhead to a launch-bound update: wiki/benchmarks.md, Learner), else its pinned CPUs (2 unpinned)."""

@@ -1,9 +1,10 @@
 """The parent's side of worker supervision: spawn, monitor, and a bounded, idempotent shutdown.
 
-Workers are spawned (never forked) as daemonic processes with keyword arguments only. The monitor
-treats any worker that exits with a non-zero code (a raised exception, or death by a signal) as
-fatal: the caller stops everything and raises :class:`~fastsac_async.exceptions.WorkerFailed`
-naming the worker, its exit status and its error log.
+Workers are spawned (never forked) as daemonic processes with keyword arguments only, with the
+stop signals blocked until they ignore them (Note [worker signals] in
+:mod:`fastsac_async.worker_process`). The monitor treats any worker that exits with a non-zero code
+(a raised exception, or death by a signal) as fatal: the caller stops everything and raises
+:class:`~fastsac_async.exceptions.WorkerFailed` naming the worker, its exit status and its error log.
 """
 
 from __future__ import annotations
@@ -21,11 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from fastsac_async.exceptions import WorkerFailed
-from fastsac_async.worker_process import error_log_path, log_path, worker_environment
+from fastsac_async.worker_process import (
+    STACK_DUMP_SIGNAL,
+    error_log_path,
+    log_path,
+    stop_signals_blocked,
+    worker_environment,
+)
 
 __all__ = ["Supervisor", "WorkerExit"]
 
 _log = logging.getLogger(__name__)
+
+_POLL_S = 0.05
+"""Longest pause between two ``hurry`` checks of a graceful join."""
+_STACK_DUMP_WAIT_S = 0.2
+"""Time a worker gets to write its stacks (``STACK_DUMP_SIGNAL``) before it is killed."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,7 @@ class Supervisor:
         with (
             _environment(worker_environment(threads)),
             placement() if placement else contextlib.nullcontext(),
+            stop_signals_blocked(),
         ):
             proc.start()
         self._procs[name] = proc
@@ -145,24 +158,41 @@ class Supervisor:
             detail,
         )
 
-    def join(self, names: list[str], deadline: float) -> None:
-        """Join ``names`` until ``deadline`` (time.monotonic)."""
+    def join(self, names: list[str], deadline: float, hurry: Callable[[], bool] = lambda: False) -> None:
+        """Join ``names`` until ``deadline`` (time.monotonic) or ``hurry()``; skip names never spawned."""
         for name in names:
-            self._procs[name].join(max(0.0, deadline - time.monotonic()))
+            proc = self._procs.get(name)
+            while proc is not None and proc.exitcode is None and not hurry():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                proc.join(min(_POLL_S, left))
 
-    def shutdown(self, order: list[list[str]], timeout_s: float, before_group: Callable[[int], None]) -> None:
-        """Stop every worker within about ``timeout_s``: join each group, then terminate, then kill.
+    def shutdown(
+        self,
+        order: list[list[str]],
+        timeout_s: float,
+        before_group: Callable[[int], None],
+        hurry: Callable[[], bool] = lambda: False,
+    ) -> list[str]:
+        """Stop every worker within about ``timeout_s``: join each group, then kill what is left.
 
         Idempotent. ``before_group(i)`` runs before group ``i`` is joined (e.g. to release learners
         once the collectors are gone). Every stage is isolated, so one failure cannot skip the rest.
+        A worker still running after the joins gets ``STACK_DUMP_SIGNAL`` (its stacks go to its
+        log), then SIGKILL.
 
         Args:
             order: Groups of workers to join in turn (collectors first, then learners).
             timeout_s: Total budget of the graceful joins.
             before_group: Hook called with the group index.
+            hurry: Polled during the joins; True ends them at once (stop now, no grace).
+
+        Returns:
+            The workers that had to be killed (empty after a graceful stop or a second call).
         """
         if self._shut_down:
-            return
+            return []
         self._shut_down = True
         deadline = time.monotonic() + timeout_s
         for i, group in enumerate(order):
@@ -171,14 +201,18 @@ class Supervisor:
             except Exception:
                 _log.exception("shutdown hook %d failed", i)
             share = (deadline - time.monotonic()) / max(1, len(order) - i)
-            self.join(group, time.monotonic() + max(0.0, share))
-        for sig_name, stop in (("terminate", BaseProcess.terminate), ("kill", BaseProcess.kill)):
-            left = [p for p in self._procs.values() if p.exitcode is None]
-            if not left:
-                break
-            _log.warning("%s: %s", sig_name, ", ".join(p.name for p in left))
-            for proc in left:
-                with contextlib.suppress(Exception):
-                    stop(proc)
-            for proc in left:
-                proc.join(2.0)
+            self.join(group, time.monotonic() + max(0.0, share), hurry)
+        left = self.alive()
+        if not left:
+            return []
+        _log.warning("killing %s (stacks in their logs)", ", ".join(left))
+        for name in left:
+            with contextlib.suppress(Exception):
+                os.kill(self._procs[name].pid, STACK_DUMP_SIGNAL)  # type: ignore[arg-type]
+        time.sleep(_STACK_DUMP_WAIT_S)
+        for name in left:
+            with contextlib.suppress(Exception):
+                self._procs[name].kill()
+        for name in left:
+            self._procs[name].join(2.0)
+        return left

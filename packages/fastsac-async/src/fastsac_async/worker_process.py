@@ -6,12 +6,27 @@
    re-check of ``os.getppid()`` (the parent may have died before the call; the signal would never
    come), then a daemon watchdog thread that polls the parent's pid (covers non-Linux and a parent
    thread that exits while the process lives: PDEATHSIG follows the creating *thread*);
-2. ignores SIGINT (the parent owns Ctrl+C and stops the workers through the shared stop flag);
+2. ignores :data:`STOP_SIGNALS` (the parent owns shutdown: it turns them into the shared stop
+   flag), and writes every thread's stack to its log on :data:`STACK_DUMP_SIGNAL`
+   (Note [worker signals]);
 3. redirects fd 1 and 2 and ``logging`` to ``runs/<run>/logs/<worker>.log``;
 4. sets torch's thread count (the OpenMP variables were already set in its environment by the
    parent, before torch was imported: see :func:`worker_environment`);
 5. on an uncaught exception, writes the full traceback to ``runs/<run>/async_errors/<worker>_error.log``
    and exits with code 1.
+
+# Note [worker signals]
+A terminal and a job manager signal every process of a job, not only the one they started: Ctrl+C
+(SIGINT) and a closed terminal (SIGHUP) reach the whole foreground process group, systemd's
+``KillMode=control-group`` and SLURM (time limit, ``scancel``, ``--signal=USR1@...``) signal every
+process of the job. A worker that died of one of them would turn a clean stop into a worker
+failure, so every worker ignores :data:`STOP_SIGNALS` and only the parent acts on them (a clean
+stop through the stop flag, or a stop at once). The parent starts each worker with these signals
+blocked (:func:`stop_signals_blocked`): the child inherits the mask through ``exec``, so none of
+them can kill it while it is still importing torch; :func:`worker_process` ignores them, then
+unblocks them (a pending one is discarded). :data:`STACK_DUMP_SIGNAL` is the one the parent sends
+to a worker that outlived the shutdown's grace, just before SIGKILL: ``faulthandler`` writes every
+thread's stack to the worker's log and the worker carries on.
 """
 
 from __future__ import annotations
@@ -32,15 +47,23 @@ from pathlib import Path
 import torch
 
 __all__ = [
+    "STACK_DUMP_SIGNAL",
+    "STOP_SIGNALS",
     "BootTimeline",
     "error_log_path",
     "log_path",
     "record_failure",
+    "stop_signals_blocked",
     "worker_environment",
     "worker_process",
 ]
 
 _PR_SET_PDEATHSIG = 1
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+"""Signals a worker ignores: the parent turns them into a stop (Note [worker signals])."""
+STACK_DUMP_SIGNAL = signal.SIGUSR2
+"""Makes a worker write every thread's stack to its log and carry on (Note [worker signals])."""
 _log = logging.getLogger(__name__)
 
 
@@ -106,6 +129,22 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Block :data:`STOP_SIGNALS` and :data:`STACK_DUMP_SIGNAL` in this thread (start workers inside).
+
+    A child started inside inherits the mask, so none of them can kill it before
+    :func:`worker_process` ignores them (Note [worker signals]). One arriving meanwhile for this
+    process is delivered when the block ends.
+    """
+    blocked = {*STOP_SIGNALS, STACK_DUMP_SIGNAL}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _redirect_output(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -153,10 +192,12 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
         threads: torch intra-op threads of this worker.
     """
     _die_with_parent(parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for stop in STOP_SIGNALS:  # Note [worker signals]
+        signal.signal(stop, signal.SIG_IGN)
     _redirect_output(log_path(run_dir, name))
-    # A worker the parent has to terminate leaves every thread's stack in its log.
-    faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
+    # A worker the parent has to kill leaves every thread's stack in its log first.
+    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, STACK_DUMP_SIGNAL})
     torch.set_num_threads(max(1, threads))
     _log.info("%s started (pid %d, %d torch threads)", name, os.getpid(), torch.get_num_threads())
     try:

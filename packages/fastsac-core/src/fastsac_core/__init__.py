@@ -6,7 +6,7 @@ inference policy for collectors.
 """
 
 from ._agent import FastSACAgent, UpdateNoise, build_actor, sync_normalizers
-from ._checkpoint import load_checkpoint, peek_checkpoint, save_checkpoint
+from ._checkpoint import discard_partial_checkpoints, load_checkpoint, peek_checkpoint, save_checkpoint
 from ._distributed import all_reduce_grads, broadcast_tensors, sync_normalizer_stats
 from ._inference import InferencePolicy
 from ._networks import Actor, DistributionalCritic, project_distribution
@@ -43,6 +43,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "sync_normalizer_stats",
     "sync_normalizers",
     # Checkpoints
+    "discard_partial_checkpoints",
     "load_checkpoint",
     "peek_checkpoint",
     "save_checkpoint",

@@ -22,7 +22,7 @@ import torch
 from ._agent import FastSACAgent
 from .exceptions import CheckpointError
 
-__all__ = ["load_checkpoint", "peek_checkpoint", "save_checkpoint"]
+__all__ = ["discard_partial_checkpoints", "load_checkpoint", "peek_checkpoint", "save_checkpoint"]
 
 FORMAT = "fastsac-core/checkpoint/1"
 
@@ -188,3 +188,19 @@ def load_checkpoint(
         _set_rng_state(payload["rng"])
     extra: dict[str, Any] = payload["extra"]
     return extra
+
+
+def discard_partial_checkpoints(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove what a writer killed in the middle of :func:`save_checkpoint` left in ``folder``.
+
+    Such a writer leaves its hidden temporary file (``.model_0000100.pt.<random>.tmp``, never a
+    torn checkpoint: the rename is atomic). Call this only when no process writes into ``folder``.
+
+    Returns:
+        The files removed.
+    """
+    folder = Path(folder)
+    found = sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
+    for tmp in found:
+        tmp.unlink(missing_ok=True)
+    return found
