@@ -4,6 +4,8 @@ import dataclasses
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -155,3 +157,49 @@ def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(
         if parent.poll() is None:
             parent.kill()
             parent.wait(30)
+
+
+_KILL_A_COLLECTOR = r"""
+import os, re, signal, sys
+from pathlib import Path
+from fastsac_async import AsyncOptions, EngineSpec, WorkerFailed, run_engine
+from fastsac_async.testing import FakeEnvFactory, cpu_topology
+from fastsac_core import FastSACConfig
+
+run_dir = Path(sys.argv[1])
+agent = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,
+                      num_updates=1, learning_starts=3, compile=False, cudagraphs=False, amp=False)
+spec = EngineSpec(
+    topology=cpu_topology(num_envs=8, num_collectors=2, num_learners=1, batch_size=16),
+    env_factory=FakeEnvFactory(step_delay_s=0.002), dims=FakeEnvFactory()(1, 0).dims, agent=agent,
+    options=AsyncOptions(num_collectors=2, ring_capacity=4, boot_timeout_s=120.0), seed=0,
+    num_iterations=1_000_000, logging_interval=2, save_interval=0, run_dir=run_dir, shutdown_timeout_s=5.0,
+)
+killed = []
+
+def on_stats(stats):
+    if not killed and stats.updates > 0:
+        log = (run_dir / "logs" / "collector1.log").read_text()
+        killed.append(int(re.search(r"started \(pid (\d+)", log).group(1)))
+        os.kill(killed[0], signal.SIGKILL)
+
+try:
+    run_engine(spec, on_stats)
+except WorkerFailed as failure:
+    print(failure, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkilled_collector_leaves_no_semaphore_for_the_resource_tracker(tmp_path: Path) -> None:
+    """SIGKILL of a collector mid-run: the parent releases every semaphore (no resource_tracker warning)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _KILL_A_COLLECTOR, str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "worker collector1 was killed by signal 9" in result.stdout, result.stdout + result.stderr
+    assert "resource_tracker" not in result.stderr and "leaked" not in result.stderr, result.stderr
+    for log in (tmp_path / "logs").glob("*.log"):
+        for pid in re.findall(r"started \(pid (\d+)", log.read_text()):
+            assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()

@@ -58,6 +58,14 @@ def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
             ["task=pendulum", f"{OPTS}.utd_mode=greedy"],
             f"error: {OPTS}.utd_mode='greedy' is invalid: use strict",
         ),
+        (
+            ["task=pendulum", "algo.trainer.stop_grace_s=0"],
+            "error: algo.trainer.stop_grace_s=0.0 is invalid: use a positive number of seconds, e.g. 5",
+        ),
+        (
+            ["task=pendulum", "algo.trainer.checkpoint_signal=USR1"],
+            "error: algo.trainer.checkpoint_signal='USR1' is invalid: use SIGUSR1, SIGUSR2 or null",
+        ),
         (["task=pendulum", f"{OPTS}.transition_ipc=sometimes"], f"error: {OPTS}.transition_ipc='sometimes'"),
         (["task=pendulum", "algo.trainer.save_interval=0"], "error: algo.trainer.save_interval=0 is invalid"),
         (["task=pendulum", "algo.agent.batch_size=big"], "error: algo.agent.batch_size='big' is invalid"),

@@ -220,12 +220,12 @@ def test_fan_out_forwards_and_closes_all_even_after_a_failure() -> None:
 
 def test_first_ctrl_c_requests_stop_second_aborts() -> None:
     """SIGINT once sets should_stop (and notifies); twice raises KeyboardInterrupt; handler restored."""
-    notified: list[bool] = []
+    notified: list[str] = []
     previous = signal.getsignal(signal.SIGINT)
-    with StopRequest(on_first=lambda: notified.append(True), debounce_s=0.05) as stop:
+    with StopRequest(on_first=notified.append, debounce_s=0.05) as stop:
         assert not stop()
         signal.raise_signal(signal.SIGINT)
-        assert stop() and notified == [True]
+        assert stop() and notified == ["SIGINT"]
         time.sleep(0.1)
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)

@@ -122,7 +122,12 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
 
 
 def run_async(
-    plan: RunPlan, reporter: Reporter, *, should_stop: Callable[[], bool], boot_view: BootView | None = None
+    plan: RunPlan,
+    reporter: Reporter,
+    *,
+    should_stop: Callable[[], bool],
+    boot_view: BootView | None = None,
+    should_abort: Callable[[], bool] = lambda: False,
 ) -> AsyncResult:
     """Train ``plan`` with collector and learner processes; report to ``reporter``.
 
@@ -131,10 +136,12 @@ def run_async(
         reporter: Console/TensorBoard sink.
         should_stop: Polled; True stops cleanly (rank 0 writes a final checkpoint).
         boot_view: Receives worker states during boot and the failing worker.
+        should_abort: Polled, also while stopping; True stops at once (no final checkpoint).
 
     Raises:
         fastsac_async.WorkerFailed: A worker died; the message names it, its exit status and its
             error log (also passed to ``boot_view.failed``).
+        fastsac_async.RunAborted: ``should_abort()`` turned true; every worker is gone.
     """
     topology = resolve_topology(plan)
     for note in topology.notes:
@@ -165,7 +172,7 @@ def run_async(
             boot_view.worker_state(worker, state)
 
     try:
-        result: EngineResult = run_engine(spec, on_stats, on_boot, should_stop)
+        result: EngineResult = run_engine(spec, on_stats, on_boot, should_stop, should_abort)
     except WorkerFailed as failure:
         if boot_view is not None:
             boot_view.failed(failure.worker, str(failure), failure.error_log)

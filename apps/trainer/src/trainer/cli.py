@@ -5,13 +5,19 @@ Subcommands are dispatched on the first argument before hydra sees anything: ``t
 config, create the run folder, print the placement, then run the synchronous or asynchronous
 trainer with the console and TensorBoard as reporters. A user's mistake exits with code 2 and
 one line on stderr, never a traceback.
+
+Stopping: SIGINT (Ctrl+C), SIGTERM, SIGHUP and ``algo.trainer.checkpoint_signal`` stop a run
+cleanly (final checkpoint, exit 0); a second signal, or ``algo.trainer.stop_grace_s`` running out,
+stops it at once (exit 128 + the signal number). A closed stdout or stderr only stops the console
+drawing: the run goes on, and ``logs/trainer.log`` in the run folder keeps every line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -24,9 +30,11 @@ EXIT_USAGE = 2
 EXIT_FAILED = 1
 """Exit code of a run whose worker failed."""
 EXIT_ABORTED = 130
-"""Exit code after a second Ctrl+C."""
+"""Exit code after a second Ctrl+C (a run stopped at once exits with 128 + the signal number)."""
 
 _OVERRIDES_FILE = "overrides.txt"
+PARENT_LOG = "trainer.log"
+"""The parent's log in ``runs/<run>/logs/``: its log records and every console line."""
 
 
 def _help() -> str:
@@ -71,7 +79,12 @@ important options:
   task.num_envs=N  seed=N  run_name=NAME  runs_root=DIR  console=auto|rich|plain
   resume=RUN_FOLDER|CHECKPOINT                     continue a run (steps, optimizers, normalizers)
 
-Ctrl+C once: stop with a final checkpoint; twice: abort.  Keys 1/2/3 switch console tabs.
+stopping:
+  Ctrl+C, SIGTERM, SIGHUP: stop with a final checkpoint (exit 0); a second one stops at once
+  algo.trainer.stop_grace_s=S                      a clean stop gets S seconds, then stops at once (5)
+  algo.trainer.checkpoint_signal=SIGUSR1|SIGUSR2|null  also stops with a checkpoint (SLURM --signal)
+
+Keys 1/2/3 switch console tabs.
 `trainer --cfg job` lists every key with its value.  Guide: wiki/trainer.md
 """
 
@@ -82,16 +95,34 @@ def main(argv: list[str] | None = None) -> None:
     from trainer.config.exceptions import TrainerAppError
 
     args = sys.argv[1:] if argv is None else list(argv)
-    try:
-        code = _dispatch(args)
-    except (TrainerAppError, FastSACCoreError) as error:
-        sys.stderr.write(f"error: {error}\n")
-        code = EXIT_USAGE
-    except KeyboardInterrupt:
-        sys.stderr.write("aborted (second Ctrl+C); the last saved checkpoint is intact\n")
-        code = EXIT_ABORTED
-    sys.stdout.flush()
+    with _guarded_output():
+        try:
+            code = _dispatch(args)
+        except (TrainerAppError, FastSACCoreError) as error:
+            sys.stderr.write(f"error: {error}\n")
+            code = EXIT_USAGE
+        except KeyboardInterrupt:
+            sys.stderr.write("aborted (Ctrl+C); the last saved checkpoint is intact\n")
+            code = EXIT_ABORTED
+        sys.stdout.flush()
     raise SystemExit(code)
+
+
+@contextlib.contextmanager
+def _guarded_output() -> Iterator[None]:
+    """Wrap stdout and stderr in :class:`~trainer.console.GuardedStream`: a closed one stops no run."""
+    from trainer.console import GuardedStream
+
+    def lost(what: str) -> None:
+        _log.warning("%s: the console stops drawing; the run goes on (its log: logs/%s)", what, PARENT_LOG)
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout = GuardedStream(saved[0], "stdout", lost)
+    sys.stderr = GuardedStream(saved[1], "stderr", lost)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def _dispatch(args: list[str]) -> int:
@@ -330,52 +361,116 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
 def _run_with_console(
     plan: Any, console_mode: str, trainer_fn: Callable[..., object], resumed_at: int | None = None
 ) -> int:
-    from trainer.console import ConsoleLogHandler, FanOut, StopRequest, open_console
+    import signal
+
+    from trainer.console import (
+        STOP_SIGNALS,
+        ConsoleLogHandler,
+        FanOut,
+        PlainConsole,
+        StopRequest,
+        open_console,
+    )
+    from trainer.run_dir import latest_checkpoint
     from trainer.tensorboard import TensorBoardReporter
 
-    console = open_console(console_mode, title=f"{plan.task_name}/fastsac")
+    title = f"{plan.task_name}/fastsac"
+    console = open_console(console_mode, title=title)
     handler = ConsoleLogHandler(console)
+    log_file = (plan.run_dir / "logs" / PARENT_LOG).open("a", encoding="utf-8", buffering=1)
+    file_handler = logging.StreamHandler(log_file)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logged = PlainConsole(log_file, title, min_interval_s=0.0)  # every console line, in the run folder
     root = logging.getLogger()
     previous_level = root.level
+    root.addHandler(file_handler)
+    root.setLevel(logging.INFO)
     tensorboard = TensorBoardReporter(plan.run_dir, resumed_at=resumed_at)
+    extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)
+
+    def stop_requested(reason: str) -> None:
+        console.stop_requested(reason)
+        logged.stop_requested(reason)
+
+    # The async engine polls `aborted` (its shutdown must not be cut short by an exception); the
+    # sync trainer is one process, where the abort is a KeyboardInterrupt wherever it is.
+    stop = StopRequest(
+        on_first=stop_requested,
+        signals=(*STOP_SIGNALS, *extra),
+        grace_s=plan.stop_grace_s,
+        raise_on_abort=not plan.asynchronous,
+    )
+    result: object = None
+    aborted = False  # the trainer did not return: stopped at once (a trainer that returned is done)
     try:
-        with console, StopRequest(on_first=console.stop_requested) as stop:
-            root.addHandler(handler)
-            root.setLevel(logging.INFO)
-            result = trainer_fn(plan, FanOut([console, tensorboard]), should_stop=stop, boot_view=console)
-    except Exception as error:
-        if console.failure is None:
-            raise
-        _log.debug("boot failed", exc_info=error)
+        try:
+            with console, stop:
+                root.addHandler(handler)
+                result = trainer_fn(
+                    plan,
+                    FanOut([console, logged, tensorboard]),
+                    should_stop=stop,
+                    boot_view=console,
+                    should_abort=lambda: stop.aborted,
+                )
+        except BaseException as error:
+            if stop.aborted:
+                aborted = True
+                _log.debug("stopped at once", exc_info=error)
+            elif isinstance(error, Exception) and console.failure is not None:
+                _log.debug("boot failed", exc_info=error)
+            else:
+                raise
+        finally:
+            root.removeHandler(handler)
+            tensorboard.close()
+        if aborted:
+            latest = latest_checkpoint(plan.run_dir)
+            return _final_line(
+                f"stopped at once ({stop.abort_cause}): no final checkpoint, the last one is "
+                f"{latest or 'none'}; run folder {plan.run_dir}",
+                sys.stderr,
+                128 + (stop.abort_signal or signal.SIGINT),
+            )
+        if console.failure is not None:
+            return _final_line(f"error: {console.failure.line()}", sys.stderr, EXIT_FAILED)
+        return _final_line(f"done: {_summary(result, stop.reason)}; run folder {plan.run_dir}", sys.stdout, 0)
     finally:
-        root.removeHandler(handler)
+        root.removeHandler(file_handler)
         root.setLevel(previous_level)
-        tensorboard.close()
-    if console.failure is not None:
-        sys.stderr.write(f"error: {console.failure.line()}\n")
-        return EXIT_FAILED
-    sys.stdout.write(f"done: {_summary(result)}; run folder {plan.run_dir}\n")
-    return 0
+        log_file.close()
 
 
-def _summary(result: object) -> str:
-    """A short line about the trainer's result, whatever shape it has."""
+def _final_line(line: str, stream: Any, code: int) -> int:
+    """Write the run's last line to ``stream`` and to the parent's log; return ``code``."""
+    stream.write(f"{line}\n")
+    stream.flush()
+    _log.log(logging.INFO if code == 0 else logging.WARNING, "%s (exit %d)", line, code)
+    return code
+
+
+def _summary(result: object, stop: str | None = None) -> str:
+    """A short line about the trainer's result, whatever shape it has; ``stop`` names the signal."""
     if result is None:
         return "training finished"
     fields = getattr(result, "__dataclass_fields__", None)
     if fields:
-        parts = [f"{name}={getattr(result, name)}" for name in fields if not name.startswith("_")]
-        return ", ".join(parts[:6])
+        values = {name: getattr(result, name) for name in fields if not name.startswith("_")}
+        if stop is not None and values.get("stop_reason") == "stop_requested":
+            values["stop_reason"] = stop
+        elif stop is not None and values.get("stop_reason") == "stopped_during_boot":
+            values["stop_reason"] = f"stopped_during_boot ({stop})"
+        return ", ".join(f"{name}={value}" for name, value in list(values.items())[:6])
     return str(result)
 
 
 def select_trainer(asynchronous: bool) -> Callable[..., object]:
-    """The trainer entry point to call as ``fn(plan, reporter, should_stop=..., boot_view=...)``.
+    """The trainer entry point: ``fn(plan, reporter, should_stop=..., boot_view=..., should_abort=...)``.
 
     The synchronous trainer is ``trainer.sync_trainer.run_sync(plan, reporter, should_stop=...)``
-    (it takes no boot view); the asynchronous one is ``trainer.async_trainer.run_async(plan,
-    reporter, should_stop=..., boot_view=...)``, imported lazily so the sync path never imports
-    the async engine.
+    (it takes no boot view, and is aborted by an exception, not by polling); the asynchronous one
+    is ``trainer.async_trainer.run_async(plan, reporter, should_stop=..., boot_view=...,
+    should_abort=...)``, imported lazily so the sync path never imports the async engine.
 
     Raises:
         TrainerAppError: The asynchronous trainer is not part of this build.
@@ -385,7 +480,15 @@ def select_trainer(asynchronous: bool) -> Callable[..., object]:
     if not asynchronous:
         from trainer.sync_trainer import run_sync
 
-        def sync(plan: Any, reporter: Any, *, should_stop: Callable[[], bool], boot_view: Any) -> object:
+        def sync(
+            plan: Any,
+            reporter: Any,
+            *,
+            should_stop: Callable[[], bool],
+            boot_view: Any,
+            should_abort: Callable[[], bool] | None = None,
+        ) -> object:
+            # No polling for an abort: in one process it is a KeyboardInterrupt (StopRequest).
             return run_sync(plan, reporter, should_stop=should_stop)
 
         return sync

@@ -47,6 +47,10 @@ class RunPlan:
     """Iterations between reports."""
     save_interval: int
     """Iterations between checkpoints."""
+    stop_grace_s: float = 5.0
+    """After a stop signal, the longest wait for a clean stop; then the run stops at once."""
+    checkpoint_signal: str | None = None
+    """Name of a signal that stops the run with a final checkpoint, like SIGTERM (``SIGUSR1``)."""
     run_dir: Path
     """The run folder (``runs/<run>``), already created."""
     resume_from: Path | None = None

@@ -81,6 +81,8 @@ class ResolvedRun:
             time_limit_s=trainer["time_limit_s"],
             logging_interval=trainer["logging_interval"],
             save_interval=trainer["save_interval"],
+            stop_grace_s=trainer["stop_grace_s"],
+            checkpoint_signal=trainer["checkpoint_signal"],
             run_dir=run_dir,
             resume_from=resume_from,
             topology=topology,

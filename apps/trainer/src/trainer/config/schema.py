@@ -105,6 +105,14 @@ class TrainerConfig:
     """Iterations between console/TensorBoard reports."""
     save_interval: int = 1000
     """Iterations between checkpoints (a final one is always written)."""
+    stop_grace_s: float = 5.0
+    """After a stop signal (Ctrl+C, SIGTERM, SIGHUP, checkpoint_signal), the longest wait for the final
+    checkpoint and a clean exit; then the run stops at once, with no final checkpoint. Keep it below
+    the kill delay of the job manager (docker stop: 10 s, SLURM and Kubernetes: 30 s by default)."""
+    checkpoint_signal: str | None = "SIGUSR1"
+    """A signal that writes a final checkpoint and stops the run like SIGTERM: SIGUSR1, SIGUSR2, or null
+    (that signal keeps its default action). SLURM sends it ahead of the time limit with
+    ``#SBATCH --signal=USR1@120``, so a requeued job resumes from that checkpoint."""
     async_options: Any = field(default_factory=AsyncOptionsConfig)
     """Options of the asynchronous trainer (``algo.trainer.async_options.*``)."""
 

@@ -13,11 +13,13 @@ from typing import Any
 
 from trainer.config.exceptions import ConfigError
 
-__all__ = ["check_device", "normalize_switch", "valid_divisors", "validate_config"]
+__all__ = ["CHECKPOINT_SIGNALS", "check_device", "normalize_switch", "valid_divisors", "validate_config"]
 
 _OPTS = "algo.trainer.async_options"
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 _SWITCHES = ("auto", "on", "off")
+CHECKPOINT_SIGNALS = ("SIGUSR1", "SIGUSR2")
+"""Values of ``algo.trainer.checkpoint_signal`` besides null."""
 
 
 def _get(cfg: Mapping[str, Any], path: str) -> Any:
@@ -75,6 +77,12 @@ _RULES: tuple[_Rule, ...] = (
     ("algo.trainer.logging_interval", lambda v: v >= 1, "use a positive number of iterations"),
     ("algo.trainer.save_interval", lambda v: v >= 1, "use a positive number of iterations"),
     ("algo.trainer.time_limit_s", lambda v: v is None or v > 0, "use a positive number of seconds or null"),
+    ("algo.trainer.stop_grace_s", lambda v: v > 0, "use a positive number of seconds, e.g. 5"),
+    (
+        "algo.trainer.checkpoint_signal",
+        lambda v: v in (None, *CHECKPOINT_SIGNALS),
+        "use SIGUSR1, SIGUSR2 or null (SIGINT, SIGTERM and SIGHUP always stop the run)",
+    ),
     ("algo.agent.batch_size", lambda v: v >= 1, "use a positive batch size"),
     ("algo.agent.buffer_size", lambda v: v >= 1, "use a positive per-env capacity"),
     ("algo.agent.num_updates", lambda v: v >= 1, "use at least 1 update per iteration"),

@@ -1,11 +1,12 @@
 """The trainer's console: the live rich panels, the plain fallback, and system metrics."""
 
 from trainer.console.boot import BootBoard, BootFailure, BootView, render_boot
-from trainer.console.interrupt import StopRequest
+from trainer.console.interrupt import STOP_SIGNALS, StopRequest
 from trainer.console.live import RichConsole
 from trainer.console.panels import TABS, render_overview, render_system, render_timing, render_training
 from trainer.console.plain import PlainConsole, snapshot_line
 from trainer.console.sinks import ConsoleLogHandler, FanOut, TrainerConsole, open_console
+from trainer.console.stream import GuardedStream
 from trainer.console.system import GpuSample, SystemSample, SystemSampler
 
 __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
@@ -14,9 +15,12 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "FanOut",
     "PlainConsole",
     "RichConsole",
-    "StopRequest",
     "TrainerConsole",
     "open_console",
+    # Stopping and output that outlives its reader
+    "STOP_SIGNALS",
+    "GuardedStream",
+    "StopRequest",
     # Boot
     "BootBoard",
     "BootFailure",

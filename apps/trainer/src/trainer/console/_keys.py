@@ -56,7 +56,10 @@ class KeyReader:
             try:
                 ready, _, _ = select.select([self._fd], [], [], 0.1)
                 if ready:
-                    key = os.read(self._fd, 1).decode(errors="ignore")
+                    data = os.read(self._fd, 1)
+                    if not data:  # end of input (a hung-up terminal): stop, or select spins
+                        return
+                    key = data.decode(errors="ignore")
                     if key:
                         self._on_key(key)
             except (OSError, ValueError):

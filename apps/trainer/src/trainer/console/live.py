@@ -79,8 +79,8 @@ class RichConsole:
         """Print a message of the parent above the live panel."""
         self.console.print(Text(message))
 
-    def stop_requested(self) -> None:
-        """Mark the panel as stopping (first Ctrl+C); no printing from the signal handler."""
+    def stop_requested(self, reason: str = "SIGINT") -> None:
+        """Mark the panel as stopping (first stop signal); no printing from the signal handler."""
         self._stopping = True
 
     def worker_state(self, name: str, state: str) -> None:
@@ -111,10 +111,15 @@ class RichConsole:
             self._checkpoint = path
 
     def _title_text(self) -> str:
-        return f"{self._title} · stopping (Ctrl+C again aborts)" if self._stopping else self._title
+        return f"{self._title} · stopping (Ctrl+C again stops at once)" if self._stopping else self._title
 
     def renderable(self) -> RenderableType:
-        """The current frame: the boot panel until the first snapshot, then the training panel."""
+        """The current frame: the boot panel until the first snapshot, then the training panel.
+
+        Nothing once the output is gone (a closed pipe or terminal: see ``GuardedStream``).
+        """
+        if getattr(self.console.file, "lost", False):
+            return Text("")
         with self._lock:
             if self._snapshot is None and self.board.states:
                 return render_boot(self.board, self._title_text())

@@ -79,9 +79,9 @@ class PlainConsole:
         """Write one message of the parent."""
         self._write(message)
 
-    def stop_requested(self) -> None:
-        """Say that a clean stop was requested (first Ctrl+C)."""
-        self._write("stop requested: finishing with a final checkpoint (Ctrl+C again to abort)")
+    def stop_requested(self, reason: str = "SIGINT") -> None:
+        """Say that a clean stop was requested (``reason``: the signal, ``SIGINT`` for Ctrl+C)."""
+        self._write(f"stop requested ({reason}): finishing with a final checkpoint (again: stop at once)")
 
     def worker_state(self, name: str, state: str) -> None:
         """Write a worker's new boot state."""

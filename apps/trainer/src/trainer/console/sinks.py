@@ -29,8 +29,8 @@ class TrainerConsole(Protocol):
         """Show one message of the parent."""
         ...
 
-    def stop_requested(self) -> None:
-        """Show that a clean stop was requested."""
+    def stop_requested(self, reason: str = "SIGINT") -> None:
+        """Show that a clean stop was requested (``reason``: the signal's name)."""
         ...
 
     def worker_state(self, name: str, state: str) -> None:
