@@ -142,13 +142,13 @@ def _final_iteration(out: str) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "sig"),
-    [("async", signal.SIGTERM), ("sync", signal.SIGTERM), ("sync", signal.SIGHUP)],
-    ids=["async-SIGTERM", "sync-SIGTERM", "sync-SIGHUP"],  # async SIGHUP: the closed terminal below
+    [("async", signal.SIGTERM), ("sync", signal.SIGTERM), ("sync", signal.SIGHUP), ("sync", signal.SIGUSR1)],
+    ids=["async-SIGTERM", "sync-SIGTERM", "sync-SIGHUP", "sync-SIGUSR1"],  # async SIGHUP: closed terminal
 )
 def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_continues(
     tmp_path: Path, mode: str, sig: signal.Signals
 ) -> None:
-    """SIGTERM/SIGHUP mid-run: exit 0, stop_reason names it, a final checkpoint resume= continues, no leak."""
+    """SIGTERM/SIGHUP/SIGUSR1 mid-run: exit 0, stop_reason names it, resume= continues its checkpoint."""
     trainer = ASYNC if mode == "async" else SYNC
     run = _Run(tmp_path, [*TINY, *trainer, LONG, "run_name=r"])
     try:
@@ -171,7 +171,7 @@ def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_contin
     assert peek_checkpoint(run_dir / "checkpoints" / f"model_{saved:07d}.pt")["extra"]["iteration"] == saved
 
     if sig != signal.SIGTERM:
-        return  # the resume of a SIGHUP's checkpoint is the same path as SIGTERM's
+        return  # resuming the checkpoint of another signal's stop is the same path as SIGTERM's
     budget = saved + 4
     resumed = _Run(tmp_path, [f"resume={run_dir}", f"algo.trainer.num_learning_iterations={budget}"])
     try:

@@ -14,7 +14,7 @@ import contextlib
 import io
 import os
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["GuardedStream"]
 
@@ -40,6 +40,11 @@ class GuardedStream(io.TextIOBase):
     def wrapped(self) -> TextIO:
         """The stream written to."""
         return self._stream
+
+    @property
+    def buffer(self) -> Any:
+        """The wrapped stream's binary buffer (for code that writes bytes; not guarded)."""
+        return getattr(self._stream, "buffer", None)
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
