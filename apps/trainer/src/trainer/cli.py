@@ -361,30 +361,48 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
 def _run_with_console(
     plan: Any, console_mode: str, trainer_fn: Callable[..., object], resumed_at: int | None = None
 ) -> int:
+    from trainer.console import open_console
+
+    title = f"{plan.task_name}/fastsac"
+    with _parent_log(plan.run_dir, title) as logged:
+        return _run_logged(plan, open_console(console_mode, title=title), logged, trainer_fn, resumed_at)
+
+
+@contextlib.contextmanager
+def _parent_log(run_dir: Path, title: str) -> Iterator[Any]:
+    """Open ``logs/trainer.log`` for every parent log record (INFO and up) and every console line.
+
+    Yields the ``PlainConsole`` writing console lines there: the log keeps all of it, even once
+    stdout is gone.
+    """
+    from trainer.console import PlainConsole
+
+    root = logging.getLogger()
+    previous_level = root.level
+    with (run_dir / "logs" / PARENT_LOG).open("a", encoding="utf-8", buffering=1) as log_file:
+        handler = logging.StreamHandler(log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            yield PlainConsole(log_file, title, min_interval_s=0.0)
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(previous_level)
+
+
+def _run_logged(
+    plan: Any, console: Any, logged: Any, trainer_fn: Callable[..., object], resumed_at: int | None
+) -> int:
+    """Run the trainer with ``console`` and the parent log ``logged``; the run's exit code."""
     import signal
 
-    from trainer.console import (
-        STOP_SIGNALS,
-        ConsoleLogHandler,
-        FanOut,
-        PlainConsole,
-        StopRequest,
-        open_console,
-    )
+    from trainer.console import STOP_SIGNALS, ConsoleLogHandler, FanOut, StopRequest
     from trainer.run_dir import latest_checkpoint
     from trainer.tensorboard import TensorBoardReporter
 
-    title = f"{plan.task_name}/fastsac"
-    console = open_console(console_mode, title=title)
     handler = ConsoleLogHandler(console)
-    log_file = (plan.run_dir / "logs" / PARENT_LOG).open("a", encoding="utf-8", buffering=1)
-    file_handler = logging.StreamHandler(log_file)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logged = PlainConsole(log_file, title, min_interval_s=0.0)  # every console line, in the run folder
     root = logging.getLogger()
-    previous_level = root.level
-    root.addHandler(file_handler)
-    root.setLevel(logging.INFO)
     tensorboard = TensorBoardReporter(plan.run_dir, resumed_at=resumed_at)
     extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)
 
@@ -403,42 +421,37 @@ def _run_with_console(
     result: object = None
     aborted = False  # the trainer did not return: stopped at once (a trainer that returned is done)
     try:
-        try:
-            with console, stop:
-                root.addHandler(handler)
-                result = trainer_fn(
-                    plan,
-                    FanOut([console, logged, tensorboard]),
-                    should_stop=stop,
-                    boot_view=console,
-                    should_abort=lambda: stop.aborted,
-                )
-        except BaseException as error:
-            if stop.aborted:
-                aborted = True
-                _log.debug("stopped at once", exc_info=error)
-            elif isinstance(error, Exception) and console.failure is not None:
-                _log.debug("boot failed", exc_info=error)
-            else:
-                raise
-        finally:
-            root.removeHandler(handler)
-            tensorboard.close()
-        if aborted:
-            latest = latest_checkpoint(plan.run_dir)
-            return _final_line(
-                f"stopped at once ({stop.abort_cause}): no final checkpoint, the last one is "
-                f"{latest or 'none'}; run folder {plan.run_dir}",
-                sys.stderr,
-                128 + (stop.abort_signal or signal.SIGINT),
+        with console, stop:
+            root.addHandler(handler)
+            result = trainer_fn(
+                plan,
+                FanOut([console, logged, tensorboard]),
+                should_stop=stop,
+                boot_view=console,
+                should_abort=lambda: stop.aborted,
             )
-        if console.failure is not None:
-            return _final_line(f"error: {console.failure.line()}", sys.stderr, EXIT_FAILED)
-        return _final_line(f"done: {_summary(result, stop.reason)}; run folder {plan.run_dir}", sys.stdout, 0)
+    except BaseException as error:
+        if stop.aborted:
+            aborted = True
+            _log.debug("stopped at once", exc_info=error)
+        elif isinstance(error, Exception) and console.failure is not None:
+            _log.debug("boot failed", exc_info=error)
+        else:
+            raise
     finally:
-        root.removeHandler(file_handler)
-        root.setLevel(previous_level)
-        log_file.close()
+        root.removeHandler(handler)
+        tensorboard.close()
+    if aborted:
+        latest = latest_checkpoint(plan.run_dir)
+        return _final_line(
+            f"stopped at once ({stop.abort_cause}): no final checkpoint, the last one is "
+            f"{latest or 'none'}; run folder {plan.run_dir}",
+            sys.stderr,
+            128 + (stop.abort_signal or signal.SIGINT),
+        )
+    if console.failure is not None:
+        return _final_line(f"error: {console.failure.line()}", sys.stderr, EXIT_FAILED)
+    return _final_line(f"done: {_summary(result, stop.reason)}; run folder {plan.run_dir}", sys.stdout, 0)
 
 
 def _final_line(line: str, stream: Any, code: int) -> int:

@@ -469,7 +469,7 @@ class AsyncEngine:
         control: Control,
         reported: list[str],
         forward: Callable[[], None],
-        should_abort: Callable[[], bool],
+        should_abort: Callable[[], bool] = lambda: False,
     ) -> str | None:
         """The run's last checkpoint, once every learner is done.
 
