@@ -17,6 +17,7 @@ import re
 import time
 from pathlib import Path
 
+from fastsac_core import discard_partial_checkpoints
 from trainer.config.exceptions import TrainerAppError
 from trainer.plan import checkpoint_dir
 
@@ -78,8 +79,7 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
         _make_layout(run_dir)
         # A run killed while it wrote a checkpoint leaves that write's temporary file (never read as a
         # checkpoint): the resumed run owns the folder, so no other writer can be using one.
-        for partial in checkpoint_dir(run_dir).glob(".model_*.pt.*.tmp"):
-            partial.unlink(missing_ok=True)
+        discard_partial_checkpoints(checkpoint_dir(run_dir))
         (run_dir / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
