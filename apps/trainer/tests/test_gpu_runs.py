@@ -77,3 +77,42 @@ def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_g
     onnx = tmp_path / "policy.onnx"
     _run(["export", f"checkpoint={run_dir}", "format=onnx", f"out={onnx}"], tmp_path, **no_gpu)
     assert onnx.stat().st_size > 0
+
+
+def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: Path) -> None:
+    """SIGTERM mid-run on CUDA with CUDA-IPC rings: exit 0, a final checkpoint that resumes, nothing left."""
+    import re
+    import signal
+    import time
+
+    async_ipc = ["algo.trainer.asynchronous=true", "algo.trainer.async_options.num_collectors=2",
+                 "algo.trainer.async_options.transition_ipc=on"]  # fmt: skip
+    args = [*TINY, *async_ipc, "algo.trainer.num_learning_iterations=1000000", "run_name=t"]
+    proc = subprocess.Popen([sys.executable, str(APP_DIR), *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    run_dir = tmp_path / "runs" / "t"
+    try:
+        deadline = time.monotonic() + 300
+        while not list((run_dir / "checkpoints").glob("model_*.pt")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run trains and saves"
+            time.sleep(0.5)
+        pids = [int(m.group(1)) for log in (run_dir / "logs").glob("*[0-9].log")
+                if (m := re.search(r"started \(pid (\d+)", log.read_text()))]  # fmt: skip
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        stopped = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, out
+    assert "stop_reason=SIGTERM" in out, out
+    assert stopped < 30.0
+    time.sleep(1.0)
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "every worker is gone"
+    assert "leaked" not in out, out
+    reached = _iteration(run_dir)
+    resumed = _run([f"resume={run_dir}", f"algo.trainer.num_learning_iterations={reached + 4}",
+                    "console=plain"], tmp_path)  # fmt: skip
+    assert "resuming from" in resumed and _iteration(run_dir) == reached + 4
