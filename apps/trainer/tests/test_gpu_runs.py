@@ -93,7 +93,13 @@ def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: P
     run_dir = tmp_path / "runs" / "t"
     try:
         deadline = time.monotonic() + 300
-        while not list((run_dir / "checkpoints").glob("model_*.pt")):
+        learner_log = run_dir / "logs" / "learner0.log"
+        # Past the first update chunk's compile (a stop during it outlasts the grace period: the
+        # reliability page's row), and a checkpoint after it.
+        while (
+            not (learner_log.exists() and "first update chunk" in learner_log.read_text())
+            or len(list((run_dir / "checkpoints").glob("model_*.pt"))) < 2
+        ):
             assert proc.poll() is None and time.monotonic() < deadline, "the run trains and saves"
             time.sleep(0.5)
         pids = [int(m.group(1)) for log in (run_dir / "logs").glob("*[0-9].log")
