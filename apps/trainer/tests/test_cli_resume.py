@@ -48,3 +48,15 @@ def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
     assert len(keys) == len(set(keys)), f"one entry per key: {lines}"
     assert "algo.trainer.num_learning_iterations=8" in lines and "algo.agent.gamma=0.9" in lines
     assert not [line for line in lines if line.startswith(("resume=", "run_name="))], lines
+
+
+def test_an_env_count_moved_for_this_machine_is_saved_for_the_resume() -> None:
+    """A num_envs that sizing or the CPU profile moved is saved, so a resume on another machine keeps it."""
+    from trainer.cli import _composed
+
+    composed = _composed(["task=humanoid", "algo.trainer.asynchronous=true", "algo.trainer.device=cpu"])
+    moved = composed.run.config["task"]["num_envs"]
+    assert moved != 448, "this CPU learner's profile caps the env count"
+    assert f"task.num_envs={moved}" in composed.settings
+    kept = _composed(["task=humanoid", "task.num_envs=448", "algo.trainer.device=cpu"])
+    assert [o for o in kept.settings if o.startswith("task.num_envs=")] == ["task.num_envs=448"]

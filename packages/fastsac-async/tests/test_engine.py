@@ -257,8 +257,8 @@ def test_a_stale_rendezvous_file_does_not_break_the_next_two_learner_run(tmp_pat
 def test_resumed_collectors_act_with_the_checkpoints_actor_from_their_first_step(tmp_path: Path) -> None:
     """On a resume every collector's first action comes from the checkpoint's actor, not a random one.
 
-    The checkpoint's actor saturates every action at +1 (zero weights into the heads, a large mean
-    bias, the smallest spread); a random-initialised actor's actions straddle 0.
+    The checkpoint's actor saturates every action at +1 (a large mean bias on the heads, which start
+    at zero weights, and the smallest spread); a random-initialised actor's actions straddle 0.
     """
     factory = FirstActionsEnvFactory(folder=str(tmp_path))
     spec = dataclasses.replace(_spec(tmp_path / "run", 2, 1, 40), env_factory=factory)

@@ -72,7 +72,7 @@ def test_cli_list_and_cleanup(segments: tuple[Path, Path], capsys: pytest.Captur
 
 def test_shmtx_prefix_names_segments_and_scopes_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     """$SHMTX_PREFIX names new segments, and the default sweep removes only its own dead ones."""
-    other = seg.SHM_DIR / f"shmtx-{_dead_pid()}-0ther5"  # a dead creator under the default prefix
+    other = seg.SHM_DIR / f"shmtx-{_dead_pid()}-07e0f5"  # a dead creator under the default prefix
     other.write_bytes(b"\0" * 64)
     try:
         monkeypatch.setenv("SHMTX_PREFIX", PREFIX)
@@ -87,11 +87,12 @@ def test_shmtx_prefix_names_segments_and_scopes_the_sweep(monkeypatch: pytest.Mo
 
 
 def test_the_default_prefix_and_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unset or empty, the prefix is shmtx-; a prefix with other characters is refused with the fix."""
+    """Unset or empty, the prefix is shmtx-; other characters or a trailing digit are refused with the fix."""
     monkeypatch.delenv("SHMTX_PREFIX", raising=False)
     assert seg.default_prefix() == "shmtx-"
     monkeypatch.setenv("SHMTX_PREFIX", "")
     assert seg.default_prefix() == "shmtx-"
-    monkeypatch.setenv("SHMTX_PREFIX", "a/b")
-    with pytest.raises(seg.SegmentError, match=r"SHMTX_PREFIX='a/b' is not a usable .* or unset it"):
-        seg.default_prefix()
+    for bad in ("a/b", "shmtx-job4"):  # a trailing digit would run into the creator pid
+        monkeypatch.setenv("SHMTX_PREFIX", bad)
+        with pytest.raises(seg.SegmentError, match=rf"SHMTX_PREFIX='{bad}' is not a usable .* or unset it"):
+            seg.default_prefix()

@@ -82,6 +82,8 @@ def test_explicit_values_win(host: Host) -> None:
     ) == (2, 7)
     assert _size(layout, cpus_per_collector=None).cpus_per_collector is None
     assert _size(layout, num_collectors=4, cpus_per_collector=3).cpus_per_collector == 3
+    two_each = _size(layout, cpus_per_collector=2)  # the count sized around a width that was set
+    assert (two_each.num_collectors, two_each.cpus_per_collector) == (7, 2)
 
 
 def test_an_unsplittable_env_count_is_one_line_with_the_fix(host: Host) -> None:

@@ -30,6 +30,7 @@ read-modify-write, so no lock is taken anywhere (a dead lock holder cannot block
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -194,17 +195,18 @@ class Control:
         record: Callable[[BaseException], None] = lambda exc: None,
         ignore: tuple[type[BaseException], ...] = (),
     ) -> Iterator[None]:
-        """Record and mark worker ``slot``'s failure the moment an exception leaves the block, then re-raise.
+        """Mark and record worker ``slot``'s failure the moment an exception leaves the block, then re-raise.
 
-        Enter it innermost, inside whatever the worker closes on its way out, so the traceback
-        (``record``) and the mark come before any of that unwinding. A clean ``SystemExit`` and the
-        ``ignore`` types are not failures.
+        Enter it innermost, inside whatever the worker closes on its way out, so the mark and the
+        traceback (``record``, whose own errors are ignored) come before any of that unwinding. A
+        clean ``SystemExit`` and the ``ignore`` types are not failures.
         """
         try:
             yield
         except BaseException as exc:
             clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
             if not clean_exit and not isinstance(exc, ignore):
-                record(exc)
-                self.mark_failed(slot)
+                self.mark_failed(slot)  # first: a record that fails must not hide the failure
+                with contextlib.suppress(Exception):
+                    record(exc)
             raise

@@ -332,26 +332,26 @@ class AsyncEngine:
         A worker marks its failure in ``Control`` the moment an exception leaves its body, before it
         unwinds (a CUDA-IPC learner's teardown waits for its collectors, and would hide the failure
         for as long). One failure often causes others: a dead learner makes its peers' collectives
-        fail, and they raise too. So the worker named is, in order: one that exited non-zero without
-        a mark (killed by a signal, or dead before it could mark: nothing it did can have been caused
-        by a marked failure), else the earliest mark (one host-wide clock). Before naming a mark the
+        fail, and they raise too. So the worker named is, in order: one killed by a signal (it could
+        not mark, and no failure of another worker makes the kernel or a user signal it), else the
+        earliest mark (one host-wide clock), else the first non-zero exit seen (a worker that raised
+        before or after its marked block). Before naming a mark the
         parent asks every worker to stop and waits (bounded) for the marked worker's exit, so the
         message carries its exit code and any unmarked death that came first has been seen.
         """
         marks = control.failures()
         dead = [e for e in exits if e.exitcode != 0]
-        unmarked = [e for e in dead if e.name not in {self._worker_of_slot(s) for s in marks}]
-        if unmarked:
-            return sup.failure(unmarked[0], detail)
+        signalled = [e for e in dead if e.exitcode is not None and e.exitcode < 0]
+        if signalled:
+            return sup.failure(signalled[0], detail)
         if not marks:
             return sup.failure(dead[0], detail) if dead else None
         name = self._worker_of_slot(min(marks, key=lambda slot: marks[slot]))
         control.request_stop()
         sup.join([name], time.monotonic() + _MARKED_EXIT_WAIT_S)
-        later = [e for e in sup.new_exits() if e.exitcode != 0]
-        unmarked = [e for e in later if e.name not in {self._worker_of_slot(s) for s in control.failures()}]
-        if unmarked:
-            return sup.failure(unmarked[0], detail)
+        later = [e for e in sup.new_exits() if e.exitcode is not None and e.exitcode < 0]
+        if later:
+            return sup.failure(later[0], detail)
         return sup.failure(WorkerExit(name, sup.exitcode(name)), detail)
 
     def _boot(
@@ -366,7 +366,10 @@ class AsyncEngine:
         dead: list[WorkerFailed] = []
 
         def abort() -> bool:
-            failure = self._first_failure(sup, control, sup.new_exits(), "during start-up")
+            exits = sup.new_exits()
+            failure = self._first_failure(sup, control, exits, "during start-up")
+            if failure is None and exits:  # any exit before ready fails the boot, a clean one too
+                failure = sup.failure(exits[0], "during start-up")
             if failure is not None:
                 dead.append(failure)
             return bool(dead) or should_stop()

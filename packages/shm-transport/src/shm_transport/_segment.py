@@ -82,7 +82,7 @@ PREFIX_ENV = "SHMTX_PREFIX"
 Processes that share one ``/dev/shm`` but not one pid namespace (containers), or a test session
 beside a live run, each set their own: creation, listing and the stale-segment sweep then see only
 names with their prefix, so no one removes another's segments."""
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*[A-Za-z._-]$")  # not ending in a digit: the pid follows
 
 
 def default_prefix() -> str:
@@ -97,7 +97,7 @@ def default_prefix() -> str:
     if not _PREFIX_RE.match(prefix):
         raise SegmentError(
             f"{PREFIX_ENV}={prefix!r} is not a usable segment name prefix; use letters, digits, '.', '_' "
-            f"and '-' only (e.g. {PREFIX_ENV}=shmtx-job42-), or unset it"
+            f"and '-' only, not ending in a digit (e.g. {PREFIX_ENV}=shmtx-job42-), or unset it"
         )
     return prefix
 

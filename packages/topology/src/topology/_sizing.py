@@ -121,7 +121,8 @@ def size_collectors(
     per_learner_cpus, kept = _collector_cpus(host, devices, usable, cpus_per_learner)
     notes = []
     if num_collectors == AUTO:
-        wanted = max(1, per_learner_cpus) * learners
+        width = cpus_per_collector if isinstance(cpus_per_collector, int) else 1  # a set width is kept
+        wanted = max(1, per_learner_cpus // width) * learners
         if envs_fixed or num_envs <= wanted:
             count = _largest_divisor(num_envs, wanted, learners)
         else:
