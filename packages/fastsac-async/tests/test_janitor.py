@@ -46,6 +46,9 @@ def test_after_the_parents_sigkill_its_names_and_torch_files_go_once_its_workers
         assert all(p.exists() for p in ours)
         os.kill(me, signal.SIGKILL)
         parent.join(10)
+        time.sleep(0.5)
+        if Path(f"/proc/{worker}").exists():  # the worker sleeps 2 s: nothing goes while it lives
+            assert all(p.exists() for p in ours), "the janitor waits for the run's workers first"
         deadline = time.monotonic() + 20  # the worker sleeps 2 s: the janitor waits for it first
         while any(p.exists() for p in ours) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -8,7 +8,7 @@ needs runs one collector:
 1. Usable CPUs: the CPUs this process may run on (its affinity), capped by its cgroup's CPU quota
    (a container's ``--cpus``), never ``os.cpu_count()``.
 2. Learners first: a GPU learner keeps ``cpus_per_learner`` CPUs (it launches kernels and drains
-   rings); a CPU learner computes its updates on the CPU and keeps half of the usable CPUs.
+   rings); CPU learners compute their updates on the CPU and keep half of the usable CPUs between them.
 3. Collector CPUs: on a host whose GPU learners are NUMA-bound, each learner's collectors take the
    CPUs of its node that its node's learners leave; elsewhere, what the learners leave of the usable
    CPUs. One collector per such CPU, rounded down to a multiple of ``num_learners``, and at most
