@@ -68,6 +68,11 @@ def _kill_tree(proc: subprocess.Popen[bytes], tree: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _semaphores() -> set[str]:
+    """The named POSIX semaphores of multiprocessing in /dev/shm."""
+    return {p.name for p in Path("/dev/shm").glob("sem.mp-*")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
 def test_sigkill_of_the_whole_tree_then_resume_continues_to_the_budget(
@@ -75,6 +80,7 @@ def test_sigkill_of_the_whole_tree_then_resume_continues_to_the_budget(
 ) -> None:
     """SIGKILL of parent and workers mid-run; resume=<run folder> continues from the latest checkpoint."""
     run_dir = tmp_path / "runs" / "k"
+    semaphores_before = _semaphores()
     proc = _start([*RUN, *MODES[mode], f"runs_root={run_dir.parent}", "run_name=k"], tmp_path / "first.log")
     tree: set[int] = set()
     try:
@@ -96,6 +102,11 @@ def test_sigkill_of_the_whole_tree_then_resume_continues_to_the_budget(
         processes=tree, exit_code=proc.returncode, expected_exit=-signal.SIGKILL,
         fault_at=fault_at, stopped_at=stopped_at, bound_s=10.0,
     )  # fmt: skip
+    # The resource tracker died with the group; the janitor unlinks the parent's semaphores (bounded).
+    deadline = time.monotonic() + 15.0
+    while _semaphores() - semaphores_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _semaphores() - semaphores_before, "the killed run's POSIX semaphores are gone"
     killed = latest_checkpoint(run_dir)
     assert killed is not None
     at_kill = peek_checkpoint(killed)

@@ -239,11 +239,12 @@ class AsyncEngine:
         # would read the dead one's entries from it and hang or fail.
         rendezvous_file(spec.run_dir).unlink(missing_ok=True)
         workers = self._learners + self._collectors
-        handshake = StartupHandshake(ctx, collectors=self._collectors, workers=workers)
-        # One bounded queue per worker: a worker killed while holding a queue's write lock can
-        # block only its own queue, never another worker's stats.
-        queues = {name: ctx.Queue(maxsize=16) for name in workers}
         janitor = Janitor.start(default_prefix())  # cleans up if this process dies: Note [janitor]
+        with janitor.semaphores_made():  # the queues' and the handshake's, for the janitor
+            handshake = StartupHandshake(ctx, collectors=self._collectors, workers=workers)
+            # One bounded queue per worker: a worker killed while holding a queue's write lock can
+            # block only its own queue, never another worker's stats.
+            queues = {name: ctx.Queue(maxsize=16) for name in workers}
         try:
             ring_handles, weight_handles = self._allocate(segments)
             common = {"spec": spec, "control": control, "handshake": handshake}

@@ -9,11 +9,14 @@ the parent (``PR_SET_PDEATHSIG``). So the parent starts one janitor first, in a 
 (a terminal's Ctrl+C or hang-up does not reach it), talking to it over a pipe:
 
 * ``pid N`` for every worker it spawns;
+* ``sem NAME`` for every POSIX semaphore the parent made for the run (its queues and handshake;
+  multiprocessing's resource tracker would unlink them, but it dies too when the whole process
+  group is killed);
 * ``done`` when the run ended normally: the janitor removes the torch files of workers that have
   exited (their CUDA-IPC shares are over) and exits;
 * end of file without ``done``: the parent died. The janitor waits (bounded) until every worker it
-  was told of has exited, then removes the parent's segment names (``<prefix><parent pid>-*``) and
-  the torch files of the parent and of every worker, and exits.
+  was told of has exited, then removes the parent's segment names (``<prefix><parent pid>-*``),
+  the torch files of the parent and of every worker, and the semaphores it was told of, and exits.
 
 It only ever removes files whose creator pid is dead and is one of this run's processes. It imports
 nothing but the standard library and runs as a script (``python janitor.py``), so it starts in tens
@@ -29,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sized
 from pathlib import Path
 from typing import IO
 
@@ -66,6 +70,28 @@ class Janitor:
     def watch(self, pid: int | None) -> None:
         """Tell the janitor about a worker process."""
         self._send(f"pid {pid}\n" if pid else "")
+
+    @contextlib.contextmanager
+    def semaphores_made(self) -> Iterator[None]:
+        """Tell the janitor the name of every semaphore this process makes inside the block.
+
+        multiprocessing registers each new semaphore with its resource tracker; inside the block
+        that registration also names it to the janitor. Use it in the parent's main thread.
+        """
+        from multiprocessing import resource_tracker
+
+        register = resource_tracker.register
+
+        def register_and_tell(name: Sized, rtype: str) -> None:
+            register(name, rtype)
+            if rtype == "semaphore":
+                self._send(f"sem {name}\n")
+
+        resource_tracker.register = register_and_tell
+        try:
+            yield
+        finally:
+            resource_tracker.register = register
 
     def close(self, timeout_s: float = 5.0) -> None:
         """The run ended normally: the janitor tidies the exited workers' torch files and exits (bounded)."""
@@ -119,10 +145,13 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     workers: set[int] = set()
+    semaphores: set[str] = set()
     for line in sys.stdin:
         word, _, value = line.strip().partition(" ")
         if word == "pid" and value.isdigit():
             workers.add(int(value))
+        elif word == "sem" and value.startswith("/") and "/" not in value[1:]:
+            semaphores.add(f"sem.{value[1:]}")  # POSIX semaphore /NAME is /dev/shm/sem.NAME
         elif word == "done":
             _remove(_torch_files(workers))
             return 0
@@ -134,6 +163,9 @@ def main(argv: list[str]) -> int:
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     _remove((f"{prefix}{parent}-", *_torch_files(workers | {parent})))
+    for name in semaphores:
+        with contextlib.suppress(OSError):
+            (SHM_DIR / name).unlink()
     return 0
 
 
