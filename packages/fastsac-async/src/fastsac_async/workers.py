@@ -83,6 +83,15 @@ def _quiet_if_stopped_during_boot(name: str) -> Iterator[None]:
         _log.info("%s: stop requested during start-up; exiting", name)
 
 
+def _reporting_failure(
+    control: Control, slot: int, run_dir: Path, name: str
+) -> contextlib.AbstractContextManager[None]:
+    """Mark and record this worker's failure before it unwinds (a stop during boot is no failure)."""
+    return control.reporting_failure(
+        slot, record=functools.partial(record_failure, run_dir, name), ignore=(HandshakeAborted,)
+    )
+
+
 def _seed(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
@@ -127,11 +136,7 @@ def run_collector(
         # On exit, in reverse: ring, weights, channel, env; a failure is marked before any of it.
         with (
             contextlib.ExitStack() as cleanup,
-            control.reporting_failure(
-                control.collector_slot(index),
-                record=functools.partial(record_failure, run_dir, name),
-                ignore=(HandshakeAborted,),
-            ),
+            _reporting_failure(control, control.collector_slot(index), run_dir, name),
         ):
             env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
             cleanup.callback(env.close)
@@ -293,11 +298,7 @@ def run_learner(
         writers: list[WeightWriter] = []
         with (
             contextlib.ExitStack() as cleanup,
-            control.reporting_failure(
-                control.learner_slot(rank),
-                record=functools.partial(record_failure, run_dir, name),
-                ignore=(HandshakeAborted,),
-            ),
+            _reporting_failure(control, control.learner_slot(rank), run_dir, name),
         ):
             # Runs last on the way out (first registered): the group outlives the rings' teardown.
             if spec.num_learners > 1:
