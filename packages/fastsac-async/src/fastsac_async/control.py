@@ -59,7 +59,6 @@ class Control:
     def __init__(self, num_collectors: int, num_learners: int) -> None:
         self.num_collectors = num_collectors
         self.num_learners = num_learners
-        self._failed_at = _HEADER + _PER_COLLECTOR * num_collectors + num_learners
         size = self._failed_at + num_collectors + num_learners
         self._tensor = torch.zeros(size, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._view: npt.NDArray[np.int64] = self._tensor.numpy()
@@ -72,7 +71,11 @@ class Control:
         self.num_learners = state["l"]
         self._tensor = state["t"]
         self._view = self._tensor.numpy()
-        self._failed_at = _HEADER + _PER_COLLECTOR * self.num_collectors + self.num_learners
+
+    @property
+    def _failed_at(self) -> int:
+        """Index of worker slot 0's failure mark (after the learners' done flags)."""
+        return _HEADER + _PER_COLLECTOR * self.num_collectors + self.num_learners
 
     def _c(self, index: int, field: int) -> int:
         return _HEADER + _PER_COLLECTOR * index + field
