@@ -88,9 +88,9 @@ def build(
     n = num_envs
     for _ in range(64):
         agent.buffer.extend(
-            torch.randn(n, 348, device=device),
-            torch.randn(n, 348, device=device),
-            torch.rand(n, 17, device=device) * 0.8 - 0.4,
+            torch.randn(n, dims.obs_dim, device=device),
+            torch.randn(n, dims.critic_obs_dim, device=device),
+            torch.rand(n, dims.act_dim, device=device) * 0.8 - 0.4,
             torch.randn(n, device=device),
             torch.rand(n, device=device) < 0.01,
             torch.rand(n, device=device) < 0.01,

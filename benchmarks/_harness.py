@@ -1,0 +1,199 @@
+"""What every benchmark script shares: the machine line, timing, the result table, trainer runs.
+
+A script prints :func:`machine` first, times with :func:`timed_rate` (or its own loop where the
+measured thing needs one), prints its results with :func:`report` (an aligned table; the same rows as
+JSON with ``--json PATH``, see :func:`add_output_args`), and a script that measures the pipeline
+launches the real trainer with :func:`run_trainer` and reads the run folder it wrote
+(:class:`TrainerRun`: TensorBoard scalars, the collectors' CPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root (``apps/trainer`` is launched from here)."""
+
+Row = dict[str, object]
+"""One result: column name -> value (numbers are formatted by :func:`report`)."""
+
+
+def machine(*extra: str) -> str:
+    """One line naming this machine: CPU model, usable and all CPUs, GPUs, Python, torch, load.
+
+    Args:
+        extra: More facts to append (a library version the figure depends on).
+    """
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model
+            )
+    except OSError:
+        pass
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = f"{count} x {torch.cuda.get_device_name(0)}" if count else "no GPU"
+    load = os.getloadavg()[0]
+    facts = [
+        f"{model}, {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs usable",
+        gpus,
+        f"Python {platform.python_version()}, torch {torch.__version__}",
+        f"load avg {load:.1f}",
+        *extra,
+    ]
+    return "machine: " + "; ".join(facts)
+
+
+def timed_rate(step: Callable[[], object], seconds: float, per_step: float = 1.0) -> float:
+    """Calls ``step`` for ``seconds`` (at least once) and returns ``per_step`` units per second."""
+    start = time.perf_counter()
+    calls = 0
+    while calls == 0 or time.perf_counter() - start < seconds:
+        step()
+        calls += 1
+    return calls * per_step / (time.perf_counter() - start)
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--json PATH``: also write the result rows there."""
+    parser.add_argument("--json", type=Path, default=None, help="also write the result rows to this file")
+
+
+def report(title: str, rows: Sequence[Row], json_path: Path | None = None) -> None:
+    """Prints ``rows`` as an aligned table under ``title``; with ``json_path`` appends them there too.
+
+    The JSON file holds one object per table (``{"title", "machine", "rows"}``), a list over a script's
+    tables.
+    """
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print(f"\n{title}")
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
+    for r in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)), flush=True)
+    if json_path is not None:
+        tables = json.loads(json_path.read_text()) if json_path.exists() else []
+        tables.append({"title": title, "machine": machine(), "rows": list(rows)})
+        json_path.write_text(json.dumps(tables, indent=1, default=str))
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return "—" if value != value else f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return "" if value is None else str(value)
+
+
+Scalars = dict[str, list[tuple[float, int, float]]]
+"""TensorBoard scalars of a run: tag -> [(wall time, global step, value)]."""
+
+
+def read_scalars(run_dir: Path) -> Scalars:
+    """Every scalar series of the TensorBoard events in ``run_dir``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+@dataclass(frozen=True)
+class TrainerRun:
+    """A finished trainer run, read back from its run folder."""
+
+    run_dir: Path
+    """The run folder (``config.yaml``, ``logs/``, TensorBoard events, checkpoints)."""
+    console: Path
+    """The trainer's stdout and stderr."""
+    wall_s: float
+    """Seconds from launch to exit."""
+    collector_cpus: dict[int, tuple[int, ...]]
+    """Collector index -> the CPUs its process was allowed (read while it ran)."""
+
+    def scalars(self) -> Scalars:
+        """The run's TensorBoard scalars."""
+        return read_scalars(self.run_dir)
+
+    def median(self, tag: str, skip: float = 1 / 3) -> float:
+        """Median of ``tag`` over its ticks after the first ``skip`` of them (boot, compile; nan if none)."""
+        values = [v for _, _, v in self.scalars().get(tag, [])]
+        late = values[int(len(values) * skip) :]
+        return statistics.median(late) if late else float("nan")
+
+
+def run_trainer(
+    overrides: Sequence[str],
+    run_name: str,
+    runs_root: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> TrainerRun:
+    """Runs ``apps/trainer`` with ``overrides`` (plain console) and returns its run folder.
+
+    Args:
+        overrides: Hydra overrides, as on the command line (``task=humanoid``, ``algo.agent.x=1``); of
+            two for the same key the later one wins, so a script's defaults can come first.
+        run_name: The run folder's name under ``runs_root`` (must not exist yet).
+        runs_root: Where run folders go; the console output goes beside them (``<run_name>.console.log``).
+        timeout_s: The run is stopped (SIGTERM, then SIGKILL) after this many seconds.
+        env: Extra environment variables for the trainer.
+
+    Raises:
+        RuntimeError: The trainer did not exit 0 (the message names its console log).
+    """
+    runs_root.mkdir(parents=True, exist_ok=True)
+    console = runs_root / f"{run_name}.console.log"
+    run_dir = runs_root / run_name
+    by_key = {o.split("=", 1)[0]: o for o in [*overrides, "console=plain", f"runs_root={runs_root}"]}
+    cmd = [sys.executable, str(ROOT / "apps" / "trainer"), *by_key.values(), f"run_name={run_name}"]
+    cpus: dict[int, tuple[int, ...]] = {}
+    start = time.monotonic()
+    with console.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        try:
+            while proc.poll() is None and time.monotonic() - start < timeout_s:
+                cpus.update(_collector_cpus(run_dir / "logs" / "trainer.log"))
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+    if proc.returncode != 0:
+        tail = "\n".join(console.read_text().splitlines()[-15:])
+        raise RuntimeError(f"the trainer exited with {proc.returncode} ({console}), its last lines:\n{tail}")
+    return TrainerRun(run_dir=run_dir, console=console, wall_s=time.monotonic() - start, collector_cpus=cpus)
+
+
+_SPAWNED = re.compile(r"spawned collector(\d+) \(pid (\d+)\)")
+
+
+def _collector_cpus(parent_log: Path) -> dict[int, tuple[int, ...]]:
+    """The CPUs of every collector the parent's log names as spawned and that is still alive."""
+    found: dict[int, tuple[int, ...]] = {}
+    try:
+        text = parent_log.read_text()
+    except OSError:
+        return found
+    for index, pid in _SPAWNED.findall(text):
+        with contextlib.suppress(OSError):  # gone already, or not started yet
+            found[int(index)] = tuple(sorted(os.sched_getaffinity(int(pid))))
+    return found
