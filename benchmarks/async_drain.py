@@ -17,21 +17,14 @@ adds a 348-wide critic field).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 
 import torch
+from _harness import machine
 
 from fastsac_async import Ingestor
 from fastsac_core import ReplayBuffer
 from shm_transport import CudaIpcRing, HostRing, RingCursors, transition_layout
-
-
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{cpu}, {os.cpu_count()} CPUs, {gpu}, torch {torch.__version__}"
 
 
 def bench(
@@ -117,7 +110,7 @@ def main() -> None:
         transports = ["host"]
     critic = args.obs if args.own_critic_obs else None
     print(
-        f"machine: {_machine()}; device {args.device}; obs {args.obs}, critic obs "
+        f"{machine()}; device {args.device}; obs {args.obs}, critic obs "
         f"{critic or 'shared'}, act {args.act}, {args.slots}-slot runs"
     )
     modes = ["generations", "ragged"] if args.ingest == "both" else [args.ingest]

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import platform
 import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
 
 import numpy as np
+from _harness import machine
 
 WARMUP_STEPS = 20
 
@@ -144,23 +144,6 @@ def run(kind: str, task: str, num_envs: int, cpus: list[int | None], seconds: fl
     return float(sum(rates))
 
 
-def machine() -> str:
-    """One line describing this machine."""
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import gymnasium
-    import mujoco
-
-    return (
-        f"{platform.node()}: {model}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, "
-        f"mujoco {mujoco.__version__}, gymnasium {gymnasium.__version__}"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -182,7 +165,10 @@ def main() -> None:
     if args.sync_vector:
         header += f" SyncVectorEnv({n}), 1 core |"
         sep += "---:|"
-    print(machine())
+    import gymnasium
+    import mujoco
+
+    print(machine(f"mujoco {mujoco.__version__}, gymnasium {gymnasium.__version__}"))
     print(f"env steps/s, batched random actions, {args.seconds:.0f} s per cell, best of {args.repeats}")
     print(f"load average before: {os.getloadavg()[0]:.1f}\n")
     if args.ab:

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import platform
 import time
 from typing import Literal
 
 import torch
+from _harness import machine
 
 from fastsac_core import EnvDims, FastSACAgent, FastSACConfig
 from trainer.tasks import TASKS
@@ -37,21 +36,6 @@ HUMANOID = EnvDims(
     critic_obs_is_obs=True,
 )  # fmt: skip
 """Humanoid-v5 as the trainer sees it: the critic observes the actor's obs (``--own-critic-obs``: not)."""
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"{os.cpu_count()} CPUs ({cpu}), {gpu}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} torch threads, load avg {load:.1f}"
-    )
 
 
 MODES: dict[str, tuple[bool, bool, Literal["regions", "step"], bool]] = {
@@ -167,7 +151,7 @@ def main() -> None:
     warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
     torch.manual_seed(0)
 
-    print(f"machine: {machine()}")
+    print(machine(f"{torch.get_num_threads()} torch threads"))
     amp = cuda and not args.no_amp
     print(
         f"device={args.device} num_envs={num_envs} calls={calls}x8 updates warmup={warmup} amp={amp}"

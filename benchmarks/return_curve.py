@@ -17,14 +17,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-
-def curve(run_dir: Path) -> dict[str, list[tuple[float, int, float]]]:
-    """Scalar series of a run: tag -> [(wall time, step, value)]."""
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+from _harness import read_scalars
 
 
 def main() -> None:
@@ -35,7 +28,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=30.0, help="seconds between printed rows")
     parser.add_argument("--num-envs", type=int, default=None, help="env steps = step * num_envs")
     args = parser.parse_args()
-    series = curve(args.run_dir)
+    series = read_scalars(args.run_dir)
     returns = series.get("rollout/mean_return", [])
     rates = {step: v for _, step, v in series.get("perf/env_steps_per_s", [])}
     updates = {step: v for _, step, v in series.get("perf/updates_per_s", [])}

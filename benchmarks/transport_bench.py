@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
-import platform
 import statistics
 import time
 from typing import Any
 
 import torch
+from _harness import machine
 
 from shm_transport import (
     CudaIpcRing,
@@ -35,22 +34,6 @@ from shm_transport import (
 FEATURES = 400
 CAPACITY = 8
 EXTRAS = {"mean": FieldSpec((400,), torch.float32), "std": FieldSpec((400,), torch.float32)}
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            model = next(
-                (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model
-            )
-    except OSError:
-        pass
-    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
-    return (
-        f"{model}, {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
-        f"torch {torch.__version__}, {cuda}"
-    )
 
 
 def producer(handle: HostRingHandle, slots: int, ready: Any, go: Any) -> None:
@@ -209,7 +192,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     scale = 1 if args.quick else 4
-    print(f"machine: {machine()}")
+    print(machine())
     print(f"{'measurement':<58} {'value':>26}")
     for num_envs, slots in ((256, 500 * scale), (2048, 100 * scale)):
         ring_gbs, ring_us = ring_throughput(num_envs, slots)
