@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU half of the test suite and the GPU benchmarks, in one call on the device machine:
+# The GPU half of the test suite and the GPU benchmarks, in one call on a GPU host (the 1-GPU H200 host,
+# nvidia-h200, or the 2-GPU one: the tests use every CPU, the benchmarks GPU 0 and CPUs 0-15):
 #   source .devrun/env.sh && bash benchmarks/gpu_suite.sh [tests|bench|learner|scaling|all]
 # Logs land under $OUT (or /tmp/gpu_suite); each step's tail is printed. Step caps can be lowered with
 # TESTS_TIMEOUT (per test group), TRANSPORT_TIMEOUT, DRAIN_TIMEOUT (seconds); SKIP_LEARNER=1 leaves out the learner step.
@@ -55,5 +56,7 @@ fi
 if [[ $what == scaling || $what == all ]]; then
   # Emulate the 16-core machine: every process of the benchmark stays on CPUs 0-15.
   step scaling timeout 480 taskset -c 0-15 python3 benchmarks/async_scaling.py --device cuda \
-    --collectors 1 2 4 8 14 --seconds 20
+    --parts scaling --collectors 1 2 4 8 14 --seconds 20
+  step learner_in_run timeout 300 taskset -c 0-15 python3 benchmarks/async_scaling.py --device cuda \
+    --parts learner inference --collectors 1 2 4 8 14 --seconds 60
 fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The headline run on a 2-GPU machine: the asynchronous trainer (GPU 0, CPUs 0-15) beside the synchronous
-# trainer (GPU 1, CPUs 16-31), Humanoid-v5, 500 s of training each, then return-vs-wall-clock tables.
+# For the 2-GPU H200 host (nvidia-h200-x2: 32 CPUs, 2 x H200): two runs side by side, each on one half of
+# the machine as if it were the 16-core 1-GPU host: the asynchronous trainer with the headline flags
+# (GPU 0, CPUs 0-15) beside the synchronous trainer (GPU 1, CPUs 16-31), Humanoid-v5, 500 s of training
+# each, then return-vs-wall-clock tables. The headline itself runs on the 1-GPU host: newcomer.sh.
 # On the device machine: source .devrun/env.sh && bash benchmarks/headline.sh   (figures: wiki/benchmarks.md)
 # ASYNC_EXTRA adds overrides to the async run only, e.g. to compare collector inference on the CPU:
 #   ASYNC_EXTRA="algo.trainer.async_options.collector_inference_device=cpu" bash benchmarks/headline.sh

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The newcomer's first command (no options: collectors sized to the machine) against the headline flags
-# (14 collectors x 1 CPU), one after the other on the same 1-GPU host, Humanoid-v5, TIME_LIMIT s of
-# training each (default 150), then each run's return and env steps/s against wall-clock from launch.
+# For the 16-core 1-GPU H200 host (nvidia-h200): the newcomer's first command (no options: collectors
+# sized to the machine) and the headline flags (14 collectors x 1 CPU), one after the other, Humanoid-v5,
+# TIME_LIMIT s of training each (default 150), then each run's return, env steps/s and updates/s against
+# wall-clock from launch, and the deterministic eval of its final checkpoint (10 episodes).
 # On the device machine: source .devrun/env.sh && bash benchmarks/newcomer.sh   (figures: wiki/benchmarks.md)
+# The headline figure alone: RUNS=headline TIME_LIMIT=300 bash benchmarks/newcomer.sh
 set -u
 OUT=${OUT:-/tmp/newcomer}; mkdir -p "$OUT"
 root=$PWD; cd /tmp
@@ -13,7 +15,7 @@ declare -A extra=(
   [headline]="algo.trainer.async_options.num_collectors=14 algo.trainer.async_options.cpus_per_collector=1"
 )
 nproc; nvidia-smi --query-gpu=name --format=csv,noheader
-for run in newcomer headline; do
+for run in ${RUNS:-newcomer headline}; do
   rm -rf "/tmp/runs/$run"
   start=$(date +%s.%N)
   timeout $((limit + 120)) python3 "$root/apps/trainer" $common run_name=$run ${extra[$run]} > "$OUT/${run}_console.log" 2>&1
@@ -21,4 +23,5 @@ for run in newcomer headline; do
   head -n 1 "$OUT/${run}_console.log"
   python3 "$root/benchmarks/return_curve.py" "/tmp/runs/$run" --start-epoch "$start" --every 30 | tee "$OUT/${run}_curve.txt"
   tail -n 2 "$OUT/${run}_console.log"
+  timeout 300 python3 "$root/apps/trainer" eval checkpoint="/tmp/runs/$run" episodes=10 2>&1 | tail -n 3
 done
