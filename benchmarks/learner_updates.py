@@ -15,7 +15,7 @@ compares with a trainer run of the task. ``--modes`` (see ``MODES``): ``step`` i
 path, each whole step captured as one CUDA graph (``eager-step``: around the eager step); ``compiled``
 replays one graph per compiled region (``cudagraph_scope=regions``); on CPU there are no graphs
 (``step`` runs like ``compiled``, ``eager-step`` like ``eager``). A compiled mode compiles the batch
-preparation too, as the agent does; ``step-eager-prep`` keeps it eager (the default before session 5).
+preparation too, as the agent does; ``step-eager-prep`` keeps it eager.
 """
 
 from __future__ import annotations
