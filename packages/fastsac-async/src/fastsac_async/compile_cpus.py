@@ -11,8 +11,8 @@ for that one chunk and lets inductor use that many compile workers. Whatever sta
 the wide set: the compile-worker processes, and threads such as the autograd engine's device
 thread, where a backward is compiled at its first call. At the end the workers are shut down and
 every thread of the process is put back on the caller's own CPUs, so nothing born in the window
-keeps the collectors' CPUs. On the 2×H200 machine a cold compile of the Humanoid update took
-60.7 s on 2 CPUs against 35.3 s on 16 (``wiki/benchmarks.md``, session 6).
+keeps the collectors' CPUs. A cold compile of the Humanoid update on a learner's 2 CPUs takes
+nearly twice as long as on 16 (``wiki/benchmarks.md``, "Cold start").
 
 The window is the first chunk only. A step graph captured after a few warm-up calls (an actor
 updated every ``policy_frequency`` critic updates) may compile or capture a little in the next

@@ -95,13 +95,13 @@ class FastSACConfig:
     """What one CUDA graph covers: ``regions``, torch.compile's 'reduce-overhead' graphs, one per
     compiled region of a step (``compile`` required); ``step``, the whole step (forward, backward,
     optimizer step) captured as one graph around the step, compiled or not (Note [Whole-step graphs]).
-    ``step`` removes the host work between regions: 558 against 361 Humanoid updates/s on an H200
-    (wiki/benchmarks.md), hence the default."""
+    ``step`` removes the host work between regions, which leaves the update GPU-bound
+    (wiki/benchmarks.md, Learner), hence the default."""
     capture_all_reduce: bool = False
     """Several learner ranks on CUDA (NCCL) with ``cudagraph_scope=step``: capture each step whole,
     its gradient all-reduce included, as one rank's step is (Note [Ranks in step graphs]). Off, a
-    step of several ranks runs without CUDA graphs: 70 updates/s for two H200 learners against 380
-    for one (wiki/benchmarks.md, session 7). Off by default until it has run on GPUs."""
+    step of several ranks runs without CUDA graphs, every kernel launched from the host
+    (wiki/benchmarks.md, "Two learners"). Off by default until it has run on GPUs."""
     amp: bool = True
     """Autocast the update steps on CUDA."""
     amp_dtype: Literal["bf16", "fp16"] = "bf16"
