@@ -1,3 +1,24 @@
-"""The FastSAC trainer app."""
+"""The FastSAC trainer app; from Python: ``from trainer import train``.
 
-__all__: list[str] = []
+The names below load on first use, so that ``trainer --help`` and the CLI's other quick paths
+import nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.api import TrainingAborted, TrainingFailed, TrainResult, train
+    from trainer.config.exceptions import TrainerAppError
+
+__all__ = ["TrainResult", "TrainerAppError", "TrainingAborted", "TrainingFailed", "train"]
+
+_HOMES = {"TrainerAppError": "trainer.config.exceptions"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES.get(name, "trainer.api")), name)

@@ -19,7 +19,10 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from trainer.api import RunOutcome
 
 __all__ = ["main", "select_trainer", "train"]
 
@@ -39,12 +42,12 @@ PARENT_LOG = "trainer.log"
 
 def _help() -> str:
     from trainer.config.store import DEFAULT_TASK
-    from trainer.tasks import TASKS
+    from trainer.tasks import GYM_TASK, TASKS
 
     marks = {DEFAULT_TASK: " (default)"}
     tasks = "\n".join(
-        f"  {name:<12} {spec.description} [{spec.num_envs} envs]{marks.get(name, '')}"
-        for name, spec in TASKS.items()
+        f"  {spec.name:<12} {spec.description} [{spec.num_envs} envs]{marks.get(spec.name, '')}"
+        for spec in (*TASKS.values(), GYM_TASK)
     )
     return f"""usage: trainer [task=NAME] [key=value ...]        train (hydra overrides)
        trainer --cfg job [key=value ...]           print the resolved config and exit
@@ -77,6 +80,8 @@ important options:
   algo.trainer.async_options.transition_ipc=auto|on|off / weight_ipc=auto|on|off
   algo.agent.KEY=VALUE                             FastSAC hyper-parameters (batch_size, num_updates, ...)
   task.num_envs=N  seed=N  run_name=NAME  runs_root=DIR  console=auto|rich|plain
+  task=gym task.env_id=ID [task.env_kwargs={{k:v}}] [task.env_import=MODULE]   your gymnasium env
+  task=gym task.env_factory=package.module:function   your own batched env (wiki/tasks.md)
   resume=RUN_FOLDER|CHECKPOINT                     continue a run (steps, optimizers, normalizers)
 
 stopping:
@@ -234,8 +239,8 @@ def _print_config(overrides: list[str]) -> int:
     return 0
 
 
-def train(overrides: list[str]) -> int:
-    """One training run from command-line overrides; returns the exit code."""
+def train(overrides: list[str], outcome: RunOutcome | None = None) -> int:
+    """One training run from command-line overrides; returns the exit code (``outcome`` gets the rest)."""
     from omegaconf import OmegaConf
 
     from trainer.config.placement import describe_placement, placement_of
@@ -248,6 +253,8 @@ def train(overrides: list[str]) -> int:
             f"nothing to train: {resume_from} is at iteration {resumed_at} and "
             f"algo.trainer.num_learning_iterations={budget}; raise it to train on\n"
         )
+        if outcome is not None:
+            outcome.nothing_to_train(previous_run or resume_from.parent, resume_from)
         return 0
     topology = placement_of(run, cuda_count)
     placement = describe_placement(run, topology)
@@ -264,7 +271,7 @@ def train(overrides: list[str]) -> int:
     if resume_from is not None:
         out.write(f"resuming from {resume_from}\n")
     out.flush()
-    return _run_with_console(plan, cfg["console"], trainer_fn, resumed_at)
+    return _run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)
 
 
 def _open_run_dir(run: Any, resume_from: Path | None, previous_run: Path | None, config_yaml: str) -> Path:
@@ -363,13 +370,18 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
 
 
 def _run_with_console(
-    plan: Any, console_mode: str, trainer_fn: Callable[..., object], resumed_at: int | None = None
+    plan: Any,
+    console_mode: str,
+    trainer_fn: Callable[..., object],
+    resumed_at: int | None = None,
+    outcome: RunOutcome | None = None,
 ) -> int:
     from trainer.console import open_console
 
     title = f"{plan.task_name}/fastsac"
     with _parent_log(plan.run_dir, title) as logged:
-        return _run_logged(plan, open_console(console_mode, title=title), logged, trainer_fn, resumed_at)
+        console = open_console(console_mode, title=title)
+        return _run_logged(plan, console, logged, trainer_fn, resumed_at, outcome)
 
 
 @contextlib.contextmanager
@@ -396,7 +408,12 @@ def _parent_log(run_dir: Path, title: str) -> Iterator[Any]:
 
 
 def _run_logged(
-    plan: Any, console: Any, logged: Any, trainer_fn: Callable[..., object], resumed_at: int | None
+    plan: Any,
+    console: Any,
+    logged: Any,
+    trainer_fn: Callable[..., object],
+    resumed_at: int | None,
+    outcome: RunOutcome | None = None,
 ) -> int:
     """Run the trainer with ``console`` and the parent log ``logged``; the run's exit code."""
     import signal
@@ -429,7 +446,7 @@ def _run_logged(
             root.addHandler(handler)
             result = trainer_fn(
                 plan,
-                FanOut([console, logged, tensorboard]),
+                FanOut([console, logged, tensorboard, *([outcome] if outcome is not None else [])]),
                 should_stop=stop,
                 boot_view=console,
                 should_abort=lambda: stop.aborted,
@@ -445,6 +462,8 @@ def _run_logged(
     finally:
         root.removeHandler(handler)
         tensorboard.close()
+    if outcome is not None:
+        outcome.ended(plan.run_dir, result, stop.reason, console.failure, aborted)
     if aborted:
         latest = latest_checkpoint(plan.run_dir)
         return _final_line(

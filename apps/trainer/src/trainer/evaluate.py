@@ -2,7 +2,9 @@
 
 The policy is rebuilt from the checkpoint alone (its dims and agent config) as an
 :class:`fastsac_core.InferencePolicy` with the saved actor and observation normalizer; the
-environment comes from the run folder's ``config.yaml`` (``task=NAME`` overrides it).
+environment comes from the run folder's ``config.yaml`` (``task=NAME`` overrides it), through the
+same decision as training (``trainer.tasks.env_factory_for``), so a ``task=gym`` run's env import,
+kwargs and factory are found again.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import torch
 from omegaconf import OmegaConf
 
 from fastsac_core import CheckpointError, EnvDims, FastSACConfig, InferencePolicy, peek_checkpoint
+from fastsac_core.env import EnvFactory
 from trainer.config.exceptions import TrainerAppError
 from trainer.run_dir import CONFIG_FILE, resolve_resume
-from trainer.tasks import MujocoEnvFactory, TaskError, get_task
+from trainer.tasks import TaskError, env_factory_for, get_task
 
 __all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "parse_int", "parse_kv"]
 
@@ -85,22 +88,21 @@ def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy,
     return policy, meta
 
 
-def _env_factory(run_dir: Path | None, task: str | None, checkpoint: Path) -> MujocoEnvFactory:
+def _env_factory(run_dir: Path | None, task: str | None, checkpoint: Path) -> EnvFactory:
     """The env of ``task`` (registry), or else of the run folder's saved config."""
-    if task is not None:
-        try:
-            spec = get_task(task)
-        except TaskError as error:
-            raise TrainerAppError(str(error)) from None
-        return spec.env_factory()
     saved = None if run_dir is None else run_dir / CONFIG_FILE
-    if saved is None or not saved.is_file():
-        raise TrainerAppError(
-            f"checkpoint {str(checkpoint)!r} is not in a run folder with a {CONFIG_FILE}; "
-            "pass task=NAME to say which env"
-        )
-    cfg: Any = OmegaConf.load(saved)
-    return MujocoEnvFactory(env_id=cfg["task"]["env_id"], max_episode_steps=cfg["task"]["max_episode_steps"])
+    try:
+        if task is not None:
+            return get_task(task).env_factory()
+        if saved is None or not saved.is_file():
+            raise TrainerAppError(
+                f"checkpoint {str(checkpoint)!r} is not in a run folder with a {CONFIG_FILE}; "
+                "pass task=NAME to say which env"
+            )
+        cfg: Any = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+        return env_factory_for(cfg["task"])
+    except TaskError as error:
+        raise TrainerAppError(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ class EvalResult:
         return float(np.mean(self.returns))
 
 
-def evaluate(policy: InferencePolicy, factory: MujocoEnvFactory, episodes: int, seed: int) -> EvalResult:
+def evaluate(policy: InferencePolicy, factory: EnvFactory, episodes: int, seed: int) -> EvalResult:
     """Run ``episodes`` episodes with the deterministic policy (each env counts its first episode)."""
     returns: list[float] = []
     lengths: list[int] = []
@@ -169,7 +171,7 @@ def eval_main(args: list[str]) -> int:
     factory = _env_factory(run_dir, options.get("task"), checkpoint)
     result = evaluate(policy, factory, episodes, seed)
     sys.stdout.write(
-        f"{factory.env_id} {checkpoint}: mean return {result.mean_return:.2f} "
+        f"{getattr(factory, 'label', 'env')} {checkpoint}: mean return {result.mean_return:.2f} "
         f"(std {np.std(result.returns):.2f}, min {min(result.returns):.2f}, max {max(result.returns):.2f}) "
         f"over {episodes} episodes, mean length {np.mean(result.lengths):.1f}\n"
     )

@@ -14,13 +14,13 @@ from fastsac_async import AsyncConfigError
 from fastsac_async.config import AsyncOptions
 from fastsac_async.profiling import profile_iterations
 from fastsac_core.config import FastSACConfig
-from fastsac_core.env import EnvDims
+from fastsac_core.env import EnvDims, EnvFactory
 from topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from trainer.config.exceptions import TrainerAppError
 from trainer.config.host import host_layout, host_quota
 from trainer.config.validate import validate_config
 from trainer.plan import RunPlan
-from trainer.tasks import MujocoEnvFactory, TaskError, get_task, probe_dims
+from trainer.tasks import TaskError, env_factory_for, probe_dims
 
 __all__ = [
     "CPU_PROFILE",
@@ -49,8 +49,8 @@ class ResolvedRun:
     """The composed config as plain containers, after the CPU profile (what ``config.yaml`` holds)."""
     task_name: str
     """Task name."""
-    env_factory: MujocoEnvFactory
-    """Picklable env factory of the task."""
+    env_factory: EnvFactory
+    """Picklable env factory of the task (``trainer.tasks.env_factory_for``)."""
     dims: EnvDims
     """Dimensions probed from one env."""
     agent: FastSACConfig
@@ -177,6 +177,23 @@ def _check_environment() -> None:
         raise TrainerAppError(str(error)) from None
 
 
+def _probe(task: dict[str, Any]) -> tuple[EnvFactory, EnvDims]:
+    """The task's env factory and the dims of one env it builds; every failure is one line."""
+    try:
+        factory = env_factory_for(task)
+        return factory, probe_dims(factory)
+    except TaskError as error:
+        raise TrainerAppError(str(error)) from None
+    except Exception as error:  # gymnasium and user code raise many types; the user sees one line.
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        setting = "env_factory" if task.get("env_factory") else "env_id"
+        value = task.get(setting)
+        raise TrainerAppError(
+            f"task.{setting}={value!r} is invalid: making one env failed ({type(error).__name__}: {first}); "
+            "use a registered gymnasium id such as Humanoid-v5, or fix the factory"
+        ) from None
+
+
 def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: int) -> ResolvedRun:
     """Validate ``cfg`` (plain containers, modified in place) and resolve it into a run.
 
@@ -205,19 +222,7 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
                 "(set these keys explicitly to keep the task's values)"
             )
     validate_config(cfg, cuda_count)  # again: the sized counts must divide as any given ones
-    try:
-        get_task(cfg["task"]["name"])
-    except TaskError as error:
-        raise TrainerAppError(str(error)) from None
-    task = cfg["task"]
-    factory = MujocoEnvFactory(env_id=task["env_id"], max_episode_steps=task["max_episode_steps"])
-    try:
-        dims = probe_dims(factory)
-    except Exception as error:  # gymnasium raises many types for a bad id; the user sees one line.
-        raise TrainerAppError(
-            f"task.env_id={cfg['task']['env_id']!r} is invalid: {str(error).splitlines()[0]}; "
-            "use a gymnasium MuJoCo id such as Humanoid-v5"
-        ) from None
+    factory, dims = _probe(cfg["task"])
     opts = dict(trainer["async_options"])
     if opts["learner_devices"] is not None:
         opts["learner_devices"] = tuple(opts["learner_devices"])

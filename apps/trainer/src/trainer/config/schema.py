@@ -80,13 +80,21 @@ class TaskConfig:
     """Which environment to train on (the ``task`` group sets these per task)."""
 
     name: str = "humanoid"
-    """Task name as given on the command line (``task=humanoid``)."""
-    env_id: str = "Humanoid-v5"
-    """gymnasium id of the MuJoCo environment."""
+    """Task name as given on the command line (``task=humanoid``, ``task=gym`` for your own env)."""
+    env_id: str | None = "Humanoid-v5"
+    """gymnasium id of the environment; with ``task=gym`` any registered id."""
     num_envs: int = 64
     """Environments stepped per iteration (split across collectors)."""
     max_episode_steps: int | None = None
     """Override of the env's time limit; None keeps the env's own (1000 for the v5 tasks)."""
+    env_kwargs: Any = None
+    """``task=gym``: keyword arguments of ``gymnasium.make`` or of ``env_factory`` (``{key:value}``);
+    null: none. Typed ``Any`` so that ``task.env_kwargs={...}`` replaces the whole mapping."""
+    env_import: str | None = None
+    """``task=gym``: a module imported in every process before the env is made (it registers it)."""
+    env_factory: str | None = None
+    """``task=gym``: ``package.module:function`` returning a batched env (wiki/tasks.md), instead of
+    ``env_id``."""
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Hydra ConfigStore registration: the schema, the ``algo`` group and one ``task`` node per task.
 
-The task nodes are generated from the task registry (``trainer.tasks.TASKS``), the single source
+The task nodes are generated from the task registry (``trainer.tasks.TASKS`` and ``GYM_TASK``), the single source
 of truth of each task's env, env count, budget and agent overrides; nothing is copied into yaml.
 Each task node is a ``# @package _global_`` node: it sets ``task.*`` and overrides
 ``algo.agent.*`` and ``algo.trainer.num_learning_iterations``.
@@ -13,7 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from trainer.config.schema import AlgoConfig, RootConfig
-from trainer.tasks import TASKS, TaskSpec
+from trainer.tasks import GYM_TASK, TASKS, TaskSpec
 
 __all__ = ["DEFAULT_TASK", "PRIMARY_CONFIG", "register_configs", "task_node"]
 
@@ -51,7 +51,7 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="trainer_schema", node=RootConfig)
     store.store(group="algo", name=DEFAULT_ALGO, node=AlgoConfig)
-    for spec in TASKS.values():
+    for spec in (*TASKS.values(), GYM_TASK):
         store.store(group="task", name=spec.name, node=task_node(spec), package="_global_")
     store.store(
         name=PRIMARY_CONFIG,

@@ -1,13 +1,16 @@
-"""Tasks: gymnasium MuJoCo environments behind the batched-env protocol, and their settings."""
+"""Tasks: gymnasium MuJoCo environments and the user's own, behind the batched-env protocol."""
 
-from trainer.tasks._factory import MujocoEnvFactory, probe_dims
-from trainer.tasks._mujoco_env import MujocoBatchedEnv, env_seeds
+from trainer.tasks._factory import MujocoEnvFactory, import_env_module, probe_dims
+from trainer.tasks._mujoco_env import MujocoBatchedEnv, check_spaces, env_seeds
 from trainer.tasks._quiet import quiet_mujoco_compiler
-from trainer.tasks._registry import TASKS, TaskSpec, get_task, task_names
+from trainer.tasks._registry import GYM_TASK, TASKS, TaskSpec, get_task, task_names
+from trainer.tasks._select import env_factory_for
+from trainer.tasks._user_env import UserEnvFactory, check_batched_env, load_target, target_of
 from trainer.tasks.exceptions import TaskError, UnknownTaskError
 
 __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     # Registry
+    "GYM_TASK",
     "TASKS",
     "TaskSpec",
     "get_task",
@@ -15,9 +18,17 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     # Environments
     "MujocoBatchedEnv",
     "MujocoEnvFactory",
+    "check_spaces",
+    "env_factory_for",
     "env_seeds",
+    "import_env_module",
     "probe_dims",
     "quiet_mujoco_compiler",
+    # The user's own batched env
+    "UserEnvFactory",
+    "check_batched_env",
+    "load_target",
+    "target_of",
     # Errors
     "TaskError",
     "UnknownTaskError",

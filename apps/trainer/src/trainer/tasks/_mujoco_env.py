@@ -1,10 +1,12 @@
-"""N gymnasium MuJoCo v5 environments stepped in one process as a :class:`BatchedEnv`.
+"""N gymnasium environments stepped in one process as a :class:`BatchedEnv`.
 
-The envs are the *unwrapped* gymnasium classes stepped in a plain Python loop: no vector-env
-wrapper, no TimeLimit/OrderEnforcing/PassiveEnvChecker chain. Auto-reset, the time limit,
-episode statistics and random actions are done here, vectorised with numpy. This measured
+The built-in MuJoCo tasks step the *unwrapped* gymnasium classes in a plain Python loop: no
+vector-env wrapper, no TimeLimit/OrderEnforcing/PassiveEnvChecker chain. Auto-reset, the time
+limit, episode statistics and random actions are done here, vectorised with numpy. This measured
 ~10 % faster than ``gymnasium.vector.SyncVectorEnv`` on the same envs
-(``wiki/benchmarks.md``, section Environments).
+(``wiki/benchmarks.md``, section Environments). A user's env (``task=gym``) keeps every wrapper
+its registration adds (``keep_wrappers=True``): a reward-scaling or observation wrapper is part of
+the task, and its TimeLimit's truncation is taken as it reports it.
 
 # Note [obs double buffering]
 ``step`` writes observations into one of two preallocated float32 arrays, alternating, so
@@ -18,6 +20,7 @@ the next ``step`` call.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -28,7 +31,7 @@ from fastsac_core.env import EnvDims, StepResult
 from trainer.tasks._quiet import quiet_mujoco_compiler
 from trainer.tasks.exceptions import TaskError
 
-__all__ = ["MujocoBatchedEnv", "env_seeds"]
+__all__ = ["MujocoBatchedEnv", "check_spaces", "env_seeds"]
 
 _log = logging.getLogger(__name__)
 
@@ -50,8 +53,32 @@ def _action_rng(seed: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 1])))
 
 
+def _space_fix(env_id: str, what: str, space: Any) -> TaskError:
+    return TaskError(
+        f"task.env_id={env_id!r} is invalid: its {what} space is {type(space).__name__}"
+        f"{getattr(space, 'shape', '')}; use an env with flat Box observations and actions "
+        "(gymnasium.wrappers.FlattenObservation and a registered wrapper, or task.env_factory)"
+    )
+
+
+def check_spaces(env_id: str, obs_space: Any, act_space: Any) -> None:
+    """Refuse what the agent cannot learn: spaces other than flat Box, unbounded actions.
+
+    Raises:
+        TaskError: One line naming the env, the space seen and the fix.
+    """
+    for what, space in (("observation", obs_space), ("action", act_space)):
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise _space_fix(env_id, what, space)
+    if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
+        raise TaskError(
+            f"task.env_id={env_id!r} is invalid: its action space {act_space} is unbounded; the policy "
+            "squashes actions into finite bounds: rescale the actions into a bounded Box with a wrapper"
+        )
+
+
 class MujocoBatchedEnv:
-    """``num_envs`` copies of a gymnasium MuJoCo env, stepped together with auto-reset.
+    """``num_envs`` copies of a gymnasium env, stepped together with auto-reset.
 
     Implements :class:`fastsac_core.env.BatchedEnv`. The critic observation is the actor
     observation (these tasks have no privileged part). Env ``i`` is reset with the i-th seed of
@@ -64,10 +91,20 @@ class MujocoBatchedEnv:
         seed: Seed of the env resets and of :meth:`sample_actions`.
         max_episode_steps: Time limit in steps; None keeps the env's registered limit (1000
             for the v5 tasks).
+        env_kwargs: Keyword arguments of ``gymnasium.make`` for every env.
+        keep_wrappers: Step the envs with their registered wrappers (the user's envs) instead of
+            the unwrapped classes (the built-in tasks' fast path).
     """
 
     def __init__(
-        self, env_id: str, num_envs: int, seed: int, *, max_episode_steps: int | None = None
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        *,
+        max_episode_steps: int | None = None,
+        env_kwargs: Mapping[str, Any] | None = None,
+        keep_wrappers: bool = False,
     ) -> None:
         if num_envs < 1:
             raise TaskError(f"num_envs={num_envs} for {env_id}; use at least 1 environment")
@@ -78,21 +115,21 @@ class MujocoBatchedEnv:
             )
         self._env_id = env_id
         self._seed = seed
+        kwargs = dict(env_kwargs or {})
+        if keep_wrappers and max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps  # the registered TimeLimit takes it
         with quiet_mujoco_compiler():
-            wrapped = [gym.make(env_id, disable_env_checker=True) for _ in range(num_envs)]
+            wrapped = [gym.make(env_id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
         spec_limit = wrapped[0].spec.max_episode_steps if wrapped[0].spec is not None else None
         limit = max_episode_steps if max_episode_steps is not None else spec_limit
         self._max_episode_steps = int(limit) if limit is not None else np.iinfo(np.int64).max
-        self._envs: list[Any] = [env.unwrapped for env in wrapped]
+        # Kept wrappers report their own truncation (TimeLimit): no count of ours cuts episodes then.
+        self._own_limit = np.iinfo(np.int64).max if keep_wrappers else self._max_episode_steps
+        self._envs: list[Any] = wrapped if keep_wrappers else [env.unwrapped for env in wrapped]
 
         obs_space = wrapped[0].observation_space
         act_space = wrapped[0].action_space
-        if not (isinstance(obs_space, gym.spaces.Box) and isinstance(act_space, gym.spaces.Box)):
-            raise TaskError(
-                f"env_id={env_id} has spaces {obs_space} / {act_space}; use a task with Box spaces"
-            )
-        if len(obs_space.shape) != 1 or len(act_space.shape) != 1:
-            raise TaskError(f"env_id={env_id} has non-flat spaces {obs_space} / {act_space}; use a flat task")
+        check_spaces(env_id, obs_space, act_space)
         obs_dim = int(obs_space.shape[0])
         act_dim = int(act_space.shape[0])
         self._low = np.asarray(act_space.low, dtype=np.float32)
@@ -113,6 +150,7 @@ class MujocoBatchedEnv:
         self._final_obs = np.zeros((n, obs_dim), np.float32)
         self._rewards = np.zeros(n, np.float32)
         self._terminated = np.zeros(n, np.bool_)
+        self._env_truncated = np.zeros(n, np.bool_)
         self._actions = np.zeros((n, act_dim), np.float32)
         self._ep_return = np.zeros(n, np.float64)
         self._ep_length = np.zeros(n, np.int64)
@@ -184,15 +222,17 @@ class MujocoBatchedEnv:
         obs = self._obs[self._parity]
         rewards = self._rewards
         terminated = self._terminated
+        env_truncated = self._env_truncated
         for i, env in enumerate(self._envs):
-            o, r, term, _, _ = env.step(self._actions[i])
+            o, r, term, trunc, _ = env.step(self._actions[i])
             obs[i] = o
             rewards[i] = r
             terminated[i] = term
+            env_truncated[i] = trunc
 
         self._ep_return += rewards
         self._ep_length += 1
-        truncated = (self._ep_length >= self._max_episode_steps) & ~terminated
+        truncated = (env_truncated | (self._ep_length >= self._own_limit)) & ~terminated
         done = terminated | truncated
         ended = np.flatnonzero(done)
         episode_returns = self._ep_return[ended].astype(np.float32)

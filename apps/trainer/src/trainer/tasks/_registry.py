@@ -3,7 +3,8 @@
 Each :class:`TaskSpec` names a gymnasium env, the default env count and budget, and the
 FastSAC hyper-parameters that differ from the holosoma recipe for that task. The reasoning
 behind every number is in ``wiki/tasks.md``; the C51 supports are derived there from each
-task's per-step reward range and gamma 0.99.
+task's per-step reward range and gamma 0.99. :data:`GYM_TASK` (``task=gym``) is the user's own
+env: no env of its own, generic settings that need no knowledge of the env's rewards.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from fastsac_core.config import FastSACConfig
 from trainer.tasks._factory import MujocoEnvFactory
 from trainer.tasks.exceptions import TaskError, UnknownTaskError
 
-__all__ = ["TASKS", "TaskSpec", "get_task", "task_names"]
+__all__ = ["GYM_TASK", "TASKS", "TaskSpec", "get_task", "task_names"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,8 +28,8 @@ class TaskSpec:
 
     name: str
     """Name on the command line (``task=humanoid``)."""
-    env_id: str
-    """gymnasium id of the MuJoCo environment (``Humanoid-v5``)."""
+    env_id: str | None
+    """gymnasium id of the MuJoCo environment (``Humanoid-v5``); None for ``task=gym`` (the user's)."""
     description: str
     """One line for help texts and the console."""
     num_envs: int
@@ -56,6 +57,11 @@ class TaskSpec:
 
     def env_factory(self, max_episode_steps: int | None = None) -> MujocoEnvFactory:
         """A picklable factory of this task's env shards (``max_episode_steps`` overrides the spec's)."""
+        if self.env_id is None:
+            raise TaskError(
+                f"task={self.name} has no env of its own; give task.env_id=<gymnasium id> or "
+                "task.env_factory=package.module:function"
+            )
         limit = max_episode_steps if max_episode_steps is not None else self.max_episode_steps
         return MujocoEnvFactory(env_id=self.env_id, max_episode_steps=limit)
 
@@ -161,12 +167,25 @@ TASKS: Mapping[str, TaskSpec] = MappingProxyType(
         )
     }
 )
-"""Every registered task by name."""
+"""Every built-in task by name."""
+
+GYM_TASK = TaskSpec(
+    name="gym",
+    env_id=None,
+    description="your own env: task.env_id=<gymnasium id> or task.env_factory=pkg.module:make",
+    num_envs=256,
+    num_learning_iterations=4_000,
+    # Generic (wiki/tasks.md, "Your own environment"): the locomotion recipe, and a support wide
+    # enough for returns of up to 10 per step at gamma 0.99; a wide one only coarsens the atoms,
+    # a narrow one caps what the critic can express.
+    agent_overrides=_locomotion(v_min=-1000.0, v_max=1000.0, buffer_size=4096, learning_starts=40),
+)
+"""``task=gym``: the user's env (``task.env_id`` or ``task.env_factory``) with generic settings."""
 
 
 def task_names() -> tuple[str, ...]:
-    """Names of the registered tasks, in registry order."""
-    return tuple(TASKS)
+    """Names of the registered tasks, in registry order, ``gym`` last."""
+    return (*TASKS, GYM_TASK.name)
 
 
 def get_task(name: str) -> TaskSpec:
@@ -175,9 +194,11 @@ def get_task(name: str) -> TaskSpec:
     Raises:
         UnknownTaskError: No task has that name (the message lists the known ones).
     """
+    if name == GYM_TASK.name:
+        return GYM_TASK
     try:
         return TASKS[name]
     except KeyError:
         raise UnknownTaskError(
-            f"task={name!r} is not a known task; choose one of: {', '.join(TASKS)}"
+            f"task={name!r} is not a known task; choose one of: {', '.join(task_names())}"
         ) from None
