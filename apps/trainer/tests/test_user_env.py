@@ -1,0 +1,90 @@
+"""``task.env_factory``: the wiki's batched env, from a folder outside the workspace, trained and evaluated.
+
+Real subprocesses (the CLI as a user runs it) with the folder on ``PYTHONPATH`` only: the async
+trainer's collector processes, the sync trainer, then ``trainer eval`` and ``trainer export`` from
+the run folder, which find the factory in the run's ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+TINY = [
+    "task=gym",
+    "task.env_factory=point_env:make",
+    "task.env_kwargs={episode_steps:10}",
+    "task.num_envs=4",
+    "algo.trainer.num_learning_iterations=6",
+    "algo.trainer.logging_interval=2",
+    "algo.trainer.save_interval=3",
+    "algo.trainer.device=cpu",
+    "algo.agent.learning_starts=2",
+    "algo.agent.batch_size=32",
+    "algo.agent.num_updates=1",
+    "algo.agent.actor_hidden_dim=16",
+    "algo.agent.critic_hidden_dim=16",
+    "console=plain",
+]
+
+
+def _trainer(args: list[str], cwd: Path, user_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(user_dir))
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "trainer", ["algo.trainer.asynchronous=true algo.trainer.async_options.num_collectors=2", "algo.trainer.asynchronous=false"]
+)
+def test_own_batched_env_trains_then_evaluates_and_exports(tmp_path: Path, point_env_dir: Path, trainer: str) -> None:
+    """Both trainers train the user's env; eval and export rebuild it from the run folder's config."""
+    out = _ok(_trainer([*TINY, *trainer.split(), "run_name=r"], tmp_path, point_env_dir))
+    run_dir = tmp_path / "runs" / "r"
+    assert "stop_reason=completed" in out
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.task.env_factory == "point_env:make" and saved.task.env_kwargs.episode_steps == 10
+    assert (run_dir / "checkpoints" / "model_0000006.pt").is_file()
+    evaluated = _ok(_trainer(["eval", f"checkpoint={run_dir}", "episodes=3"], tmp_path, point_env_dir))
+    assert evaluated.startswith("point_env:make ") and "over 3 episodes, mean length 10.0" in evaluated
+    exported = _ok(_trainer(["export", f"checkpoint={run_dir}"], tmp_path, point_env_dir))
+    assert (run_dir / "checkpoints" / "model_0000006.onnx").is_file(), exported
+
+
+BAD = '''
+import numpy as np
+
+
+def not_an_env(num_envs, seed):
+    return np.zeros(num_envs)
+'''
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("task.env_factory=bad_env:not_an_env", "it returned a ndarray without ['num_envs', 'dims'"),
+        ("task.env_factory=bad_env:missing", "bad_env has no callable missing"),
+        ("task.env_factory=no_such_pkg.envs:make", "No module named 'no_such_pkg'"),
+        ("task.env_factory=point_env", "write it as package.module:function"),
+    ],
+)
+def test_a_bad_factory_is_refused_in_one_line(tmp_path: Path, point_env_dir: Path, override: str, message: str) -> None:
+    """A factory that does not import or returns no batched env stops the command in one line, exit 2."""
+    (tmp_path / "bad_env.py").write_text(BAD, encoding="utf-8")
+    result = _trainer(["--cfg", "job", "task=gym", override, "algo.trainer.device=cpu"], tmp_path, tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
