@@ -139,7 +139,9 @@ def hydra_value(value: object, setting: str) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        # Hydra's quoted strings: backslashes are literal except a run before a quote or the end.
+        text = re.sub(r"(\\+)$", r"\1\1", value)
+        return "'" + re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text) + "'"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v, setting) for v in value) + "]"
     if isinstance(value, Mapping):
@@ -211,10 +213,11 @@ def train(
     from trainer import cli
     from trainer.config.compose import merge_overrides
 
-    given = merge_overrides(_env_overrides(task, env_id, env_factory, env_kwargs, env_import), list(overrides))
+    extra = cli._overrides_only(list(overrides))  # flags refused as on the command line
+    given = merge_overrides(_env_overrides(task, env_id, env_factory, env_kwargs, env_import), extra)
     outcome = RunOutcome()
     try:
-        cli.train(cli._overrides_only(given), outcome)
+        cli.train(given, outcome)
     except FastSACCoreError as error:
         raise TrainerAppError(str(error)) from None
     return outcome.to_result()
