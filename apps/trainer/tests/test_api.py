@@ -38,13 +38,18 @@ def point_env(point_env_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 @pytest.mark.slow
 def test_train_with_the_env_class_passed_directly(tmp_path: Path, point_env: ModuleType) -> None:
-    """The class itself trains in real collector processes; the result names folder, checkpoint, metrics, reason."""
+    """The class itself trains in real collector processes; the result has folder, checkpoint, metrics."""
     runs = tmp_path / "runs"
     result = train(
         "gym",
         env_factory=point_env.PointEnv,
         env_kwargs={"episode_steps": 3},
-        overrides=[*SMALL, "algo.trainer.async_options.num_collectors=2", f"runs_root={runs}", "run_name=api"],
+        overrides=[
+            *SMALL,
+            "algo.trainer.async_options.num_collectors=2",
+            f"runs_root={runs}",
+            "run_name=api",
+        ],
     )
     assert isinstance(result, TrainResult)
     assert result.run_dir == runs / "api" and result.stop_reason == "completed"
@@ -66,20 +71,23 @@ def _local_factory(num_envs: int, seed: int) -> object:
     [
         ({"env_id": "CartPole-v1"}, "task.env_id='CartPole-v1' is invalid: its action space is Discrete"),
         ({"env_factory": lambda n, s: None}, "cannot be imported by name"),
-        ({"env_factory": _local_factory, "overrides": ["algo.agent.gama=1"]}, "algo.agent.gama is not a setting"),
+        (
+            {"env_factory": _local_factory, "overrides": ["algo.agent.gama=1"]},
+            "algo.agent.gama is not a setting",
+        ),
         ({"env_id": "Hopper-v5", "env_kwargs": {"bad key": 1}}, "env_kwargs key 'bad key' is invalid"),
         ({"env_id": "Hopper-v5", "overrides": ["--multirun"]}, "--multirun is not supported"),
     ],
 )
 def test_mistakes_raise_the_command_lines_one_line_error(kwargs: dict[str, object], message: str) -> None:
-    """Invalid settings and unpicklable factories raise TrainerAppError with one line; nothing is printed as error."""
+    """Invalid settings and factories no process could import raise TrainerAppError with one line."""
     with pytest.raises(TrainerAppError) as info:
         train("gym", **{"overrides": ["algo.trainer.device=cpu"], **kwargs})  # type: ignore[arg-type]
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_module_level_functions_in_main_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A factory defined in __main__ is refused: neither spawned collectors nor `trainer eval` could import it."""
+    """A factory defined in __main__ is refused: spawned collectors and `trainer eval` could not import it."""
     monkeypatch.setattr(_local_factory, "__module__", "__main__")
     with pytest.raises(TrainerAppError, match="it is defined in __main__"):
         train("gym", env_factory=_local_factory)
@@ -89,6 +97,13 @@ def test_hydra_value_round_trips_through_the_override_grammar() -> None:
     """Kwargs with quotes, nesting and None are written so that hydra parses them back to the same values."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    value = {"name": "it's a \\ path\\'", "end": "C:\\", "sizes": [1, 2.5], "on": True, "none": None, "sub": {"k": "v"}}
+    value = {
+        "name": "it's a \\ path\\'",
+        "end": "C:\\",
+        "sizes": [1, 2.5],
+        "on": True,
+        "none": None,
+        "sub": {"k": "v"},
+    }
     parsed = OverridesParser.create().parse_override(f"task.env_kwargs={hydra_value(value, 'env_kwargs')}")
     assert parsed.value() == value

@@ -61,7 +61,16 @@ def test_gym_task_learns_inverted_pendulum_with_generic_settings(tmp_path: Path)
     assert result.last_checkpoint is not None and result.stop_reason == "completed"
     policy, meta = load_policy(result.last_checkpoint)
     recipe = GYM_TASK.agent_config()
-    for key in ("v_min", "v_max", "gamma", "actor_lr", "critic_lr", "num_steps", "policy_frequency", "alpha_init"):
+    for key in (
+        "v_min",
+        "v_max",
+        "gamma",
+        "actor_lr",
+        "critic_lr",
+        "num_steps",
+        "policy_frequency",
+        "alpha_init",
+    ):
         assert meta["config"][key] == getattr(recipe, key), key  # the generic learning recipe, untuned
     factory = env_factory_for({"name": "gym", "env_id": "InvertedPendulum-v5", "max_episode_steps": 200})
     learned = evaluate(policy, factory, 16, seed=10_000)

@@ -32,7 +32,8 @@ import gymnasium as gym
 
 
 def make_scaled(**kwargs):
-    return gym.wrappers.TransformReward(gym.make("InvertedPendulum-v5", **kwargs).unwrapped, lambda r: 10.0 * r)
+    env = gym.make("InvertedPendulum-v5", **kwargs).unwrapped
+    return gym.wrappers.TransformReward(env, lambda r: 10.0 * r)
 
 
 if "{SCALED_ID}" not in gym.registry:
@@ -59,7 +60,9 @@ def _task(**values: object) -> dict[str, object]:
 
 def test_registered_wrappers_are_kept_and_env_kwargs_reach_the_env(register_dir: Path) -> None:
     """The env's registered reward wrapper acts (reward 10 per upright step) and env_kwargs reach make."""
-    factory = env_factory_for(_task(env_id=SCALED_ID, env_import="scaled_envs", env_kwargs={"reset_noise_scale": 0.0}))
+    factory = env_factory_for(
+        _task(env_id=SCALED_ID, env_import="scaled_envs", env_kwargs={"reset_noise_scale": 0.0})
+    )
     with factory(2, 0) as env:  # type: ignore[attr-defined]
         obs, _ = env.reset()
         assert np.array_equal(obs, np.zeros_like(obs))  # no reset noise: the kwarg reached the env
@@ -117,23 +120,32 @@ def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["task=gym", "task.env_id=CartPole-v1"], "task.env_id='CartPole-v1' is invalid: its action space is Discrete"),
+        (
+            ["task=gym", "task.env_id=CartPole-v1"],
+            "task.env_id='CartPole-v1' is invalid: its action space is Discrete",
+        ),
         (["task=gym"], "task=gym needs task.env_id=<registered gymnasium id>"),
         (["task=gym", "task.env_id=NoSuchEnv-v0"], "task.env_id='NoSuchEnv-v0' is invalid"),
-        (["task=pendulum", "task.env_id=Swimmer-v5"], "task.env_id='Swimmer-v5' is invalid: task=pendulum trains"),
+        (
+            ["task=pendulum", "task.env_id=Swimmer-v5"],
+            "task.env_id='Swimmer-v5' is invalid: task=pendulum trains",
+        ),
         (["task=hopper", "task.env_import=os"], "use task=gym task.env_import=... for your own environment"),
-        (["task=gym", "task.env_id=Hopper-v5", "task.env_import=no_such_module"], "task.env_import='no_such_module'"),
+        (
+            ["task=gym", "task.env_id=Hopper-v5", "task.env_import=no_such_module"],
+            "task.env_import='no_such_module'",
+        ),
     ],
 )
 def test_invalid_user_env_settings_are_one_line(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Spaces other than flat Box, a missing or unknown id, and gym settings on built-in tasks: one line, exit 2."""
+    """Non-flat-Box spaces, a missing or unknown id, gym settings on a built-in task: one line, exit 2."""
     assert message in _refused(args, capsys)
 
 
 def test_non_flat_and_unbounded_spaces_are_refused() -> None:
-    """An image Box observation, a Dict observation and unbounded actions each raise one line naming the space."""
+    """An image Box obs, a Dict obs and unbounded actions each raise one line naming the space."""
     box = gym.spaces.Box(-1.0, 1.0, (2,))
     for obs, act, seen in (
         (gym.spaces.Box(0, 255, (8, 8, 3)), box, "Box(8, 8, 3)"),
@@ -151,7 +163,7 @@ def test_gym_task_has_generic_defaults_and_is_listed() -> None:
     cfg = GYM_TASK.agent_config()
     assert cfg.gamma == 0.99 and cfg.v_min <= -1000.0 and cfg.v_max >= 1000.0
     assert cfg.batch_size % GYM_TASK.num_envs == 0
-    with pytest.raises(TaskError, match="task.env_id=<gymnasium id>"):
+    with pytest.raises(TaskError, match=r"task\.env_id=<gymnasium id>"):
         GYM_TASK.env_factory()
     env = env_factory_for(_task(env_id="Hopper-v5"))(1, 0)
     try:

@@ -36,7 +36,12 @@ TINY = [
 def _trainer(args: list[str], cwd: Path, user_dir: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(user_dir))
     return subprocess.run(
-        [sys.executable, "-m", "trainer", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "trainer", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -48,9 +53,15 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "trainer", ["algo.trainer.asynchronous=true algo.trainer.async_options.num_collectors=2", "algo.trainer.asynchronous=false"]
+    "trainer",
+    [
+        "algo.trainer.asynchronous=true algo.trainer.async_options.num_collectors=2",
+        "algo.trainer.asynchronous=false",
+    ],
 )
-def test_own_batched_env_trains_then_evaluates_and_exports(tmp_path: Path, point_env_dir: Path, trainer: str) -> None:
+def test_own_batched_env_trains_then_evaluates_and_exports(
+    tmp_path: Path, point_env_dir: Path, trainer: str
+) -> None:
     """Both trainers train the user's env; eval and export rebuild it from the run folder's config."""
     out = _ok(_trainer([*TINY, *trainer.split(), "run_name=r"], tmp_path, point_env_dir))
     run_dir = tmp_path / "runs" / "r"
@@ -64,13 +75,13 @@ def test_own_batched_env_trains_then_evaluates_and_exports(tmp_path: Path, point
     assert (run_dir / "checkpoints" / "model_0000006.onnx").is_file(), exported
 
 
-BAD = '''
+BAD = """
 import numpy as np
 
 
 def not_an_env(num_envs, seed):
     return np.zeros(num_envs)
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -82,7 +93,9 @@ def not_an_env(num_envs, seed):
         ("task.env_factory=point_env", "write it as package.module:function"),
     ],
 )
-def test_a_bad_factory_is_refused_in_one_line(tmp_path: Path, point_env_dir: Path, override: str, message: str) -> None:
+def test_a_bad_factory_is_refused_in_one_line(
+    tmp_path: Path, point_env_dir: Path, override: str, message: str
+) -> None:
     """A factory that does not import or returns no batched env stops the command in one line, exit 2."""
     (tmp_path / "bad_env.py").write_text(BAD, encoding="utf-8")
     result = _trainer(["--cfg", "job", "task=gym", override, "algo.trainer.device=cpu"], tmp_path, tmp_path)

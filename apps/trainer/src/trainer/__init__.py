@@ -10,10 +10,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainer.api import TrainingAborted, TrainingFailed, TrainResult, train
+    from trainer.api import TrainingAbortedError, TrainingFailedError, TrainResult, train
     from trainer.config.exceptions import TrainerAppError
 
-__all__ = ["TrainResult", "TrainerAppError", "TrainingAborted", "TrainingFailed", "train"]
+__all__ = ["TrainResult", "TrainerAppError", "TrainingAbortedError", "TrainingFailedError", "train"]
 
 _HOMES = {"TrainerAppError": "trainer.config.exceptions"}
 

@@ -3,8 +3,8 @@
 :func:`train` runs exactly what the command line runs (the same composition, validation, run
 folder, console and trainers) and returns a :class:`TrainResult`. A mistake in the settings
 raises :class:`~trainer.config.exceptions.TrainerAppError` with the command line's one-line
-message; a failed worker raises :class:`TrainingFailed`, a run stopped at once (a second Ctrl+C)
-:class:`TrainingAborted`. Call it from the main thread (it handles the stop signals there), from
+message; a failed worker raises :class:`TrainingFailedError`, a run stopped at once (a second Ctrl+C)
+:class:`TrainingAbortedError`. Call it from the main thread (it handles the stop signals there), from
 a script or a notebook.
 """
 
@@ -18,16 +18,16 @@ from typing import Any
 
 from trainer.config.exceptions import TrainerAppError
 
-__all__ = ["RunOutcome", "TrainResult", "TrainingAborted", "TrainingFailed", "train"]
+__all__ = ["RunOutcome", "TrainResult", "TrainingAbortedError", "TrainingFailedError", "train"]
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class TrainingFailed(TrainerAppError):
+class TrainingFailedError(TrainerAppError):
     """A worker of the run failed; the message names it and its error log."""
 
 
-class TrainingAborted(TrainerAppError):
+class TrainingAbortedError(TrainerAppError):
     """The run was stopped at once (a second stop signal, or the grace period ran out)."""
 
 
@@ -97,16 +97,16 @@ class RunOutcome:
         """The :class:`TrainResult`, or the exception of a run that did not end well.
 
         Raises:
-            TrainingFailed: A worker failed.
-            TrainingAborted: The run was stopped at once.
+            TrainingFailedError: A worker failed.
+            TrainingAbortedError: The run was stopped at once.
         """
         from trainer.run_dir import latest_checkpoint
 
         if self.failure is not None:
-            raise TrainingFailed(self.failure)
+            raise TrainingFailedError(self.failure)
         assert self.run_dir is not None, "the run ended without saying where"
         if self.aborted:
-            raise TrainingAborted(
+            raise TrainingAbortedError(
                 f"stopped at once: no final checkpoint, the last one is {latest_checkpoint(self.run_dir)}; "
                 f"run folder {self.run_dir}"
             )
@@ -206,8 +206,8 @@ def train(
 
     Raises:
         TrainerAppError: An invalid setting (the command line's one-line message).
-        TrainingFailed: A worker failed (the message names it and its error log).
-        TrainingAborted: The run was stopped at once.
+        TrainingFailedError: A worker failed (the message names it and its error log).
+        TrainingAbortedError: The run was stopped at once.
     """
     from fastsac_core import FastSACCoreError
     from trainer import cli

@@ -253,7 +253,7 @@ def train(overrides: list[str], outcome: RunOutcome | None = None) -> int:
             f"nothing to train: {resume_from} is at iteration {resumed_at} and "
             f"algo.trainer.num_learning_iterations={budget}; raise it to train on\n"
         )
-        if outcome is not None:
+        if outcome is not None and resume_from is not None:
             outcome.nothing_to_train(previous_run or resume_from.parent, resume_from)
         return 0
     topology = placement_of(run, cuda_count)

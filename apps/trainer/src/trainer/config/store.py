@@ -1,7 +1,8 @@
 """Hydra ConfigStore registration: the schema, the ``algo`` group and one ``task`` node per task.
 
-The task nodes are generated from the task registry (``trainer.tasks.TASKS`` and ``GYM_TASK``), the single source
-of truth of each task's env, env count, budget and agent overrides; nothing is copied into yaml.
+The task nodes are generated from the task registry (``trainer.tasks.TASKS`` and ``GYM_TASK``),
+the single source of truth of each task's env, env count, budget and agent overrides; nothing is
+copied into yaml.
 Each task node is a ``# @package _global_`` node: it sets ``task.*`` and overrides
 ``algo.agent.*`` and ``algo.trainer.num_learning_iterations``.
 """

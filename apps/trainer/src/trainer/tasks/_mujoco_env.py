@@ -61,8 +61,8 @@ def _space_fix(env_id: str, what: str, space: Any) -> TaskError:
     )
 
 
-def check_spaces(env_id: str, obs_space: Any, act_space: Any) -> None:
-    """Refuse what the agent cannot learn: spaces other than flat Box, unbounded actions.
+def check_spaces(env_id: str, obs_space: Any, act_space: Any) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+    """The two spaces, once they are what the agent can learn: flat Boxes, bounded actions.
 
     Raises:
         TaskError: One line naming the env, the space seen and the fix.
@@ -75,6 +75,7 @@ def check_spaces(env_id: str, obs_space: Any, act_space: Any) -> None:
             f"task.env_id={env_id!r} is invalid: its action space {act_space} is unbounded; the policy "
             "squashes actions into finite bounds: rescale the actions into a bounded Box with a wrapper"
         )
+    return obs_space, act_space
 
 
 class MujocoBatchedEnv:
@@ -127,9 +128,7 @@ class MujocoBatchedEnv:
         self._own_limit = np.iinfo(np.int64).max if keep_wrappers else self._max_episode_steps
         self._envs: list[Any] = wrapped if keep_wrappers else [env.unwrapped for env in wrapped]
 
-        obs_space = wrapped[0].observation_space
-        act_space = wrapped[0].action_space
-        check_spaces(env_id, obs_space, act_space)
+        obs_space, act_space = check_spaces(env_id, wrapped[0].observation_space, wrapped[0].action_space)
         obs_dim = int(obs_space.shape[0])
         act_dim = int(act_space.shape[0])
         self._low = np.asarray(act_space.low, dtype=np.float32)

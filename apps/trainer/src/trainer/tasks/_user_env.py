@@ -74,7 +74,7 @@ def target_of(obj: object) -> str:
     return target
 
 
-def check_batched_env(env: object, num_envs: int, target: str) -> BatchedEnv:
+def check_batched_env(env: Any, num_envs: int, target: str) -> BatchedEnv:
     """``env`` once it looks like a :class:`BatchedEnv` of ``num_envs`` envs with flat, bounded spaces.
 
     Raises:
@@ -87,7 +87,7 @@ def check_batched_env(env: object, num_envs: int, target: str) -> BatchedEnv:
             f"{_SETTING}={target!r} is invalid: it returned a {type(env).__name__} without {missing}; "
             "return an object with num_envs, dims, reset, step, sample_actions and close (wiki/tasks.md)"
         )
-    dims = getattr(env, "dims")
+    dims = env.dims
     if not isinstance(dims, EnvDims):
         raise TaskError(
             f"{_SETTING}={target!r} is invalid: its dims is a {type(dims).__name__}; "
@@ -101,12 +101,12 @@ def check_batched_env(env: object, num_envs: int, target: str) -> BatchedEnv:
             f"{_SETTING}={target!r} is invalid: its action bounds {dims.action_low}..{dims.action_high} "
             f"are not {dims.act_dim} finite low < high pairs; give finite bounds for every action"
         )
-    if getattr(env, "num_envs") != num_envs:
+    if env.num_envs != num_envs:
         raise TaskError(
-            f"{_SETTING}={target!r} is invalid: asked for {num_envs} envs it made {getattr(env, 'num_envs')}; "
+            f"{_SETTING}={target!r} is invalid: asked for {num_envs} envs it made {env.num_envs}; "
             "build exactly num_envs environments"
         )
-    return env  # type: ignore[return-value]
+    return env  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, kw_only=True)
