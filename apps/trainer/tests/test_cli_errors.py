@@ -39,7 +39,7 @@ def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
         ),
         (
             ["task=cartpole"],
-            "error: task='cartpole' is invalid: unknown task; choose one of: ant, halfcheetah",
+            "error: task='cartpole' is invalid: unknown task; choose one of: ant, gym, halfcheetah",
         ),
         (["task=pendulum", "algo.trainer.device=cuda:99"], "error: algo.trainer.device='cuda:99' is invalid"),
         (
