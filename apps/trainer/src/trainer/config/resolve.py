@@ -18,7 +18,7 @@ from fastsac_core.env import EnvDims
 from topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from trainer.config.exceptions import TrainerAppError
 from trainer.config.host import host_layout, host_quota
-from trainer.config.validate import validate_config
+from trainer.config.validate import async_options, check_counts_of, validate_config
 from trainer.plan import RunPlan
 from trainer.tasks import MujocoEnvFactory, TaskError, get_task, probe_dims
 
@@ -204,7 +204,7 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
                 f"cpu learner: scaled {', '.join(changed)} "
                 "(set these keys explicitly to keep the task's values)"
             )
-    validate_config(cfg, cuda_count)  # again: the sized counts must divide as any given ones
+    check_counts_of(cfg)  # the sized counts keep the rules the given ones were checked against
     try:
         get_task(cfg["task"]["name"])
     except TaskError as error:
@@ -218,10 +218,7 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
             f"task.env_id={cfg['task']['env_id']!r} is invalid: {str(error).splitlines()[0]}; "
             "use a gymnasium MuJoCo id such as Humanoid-v5"
         ) from None
-    opts = dict(trainer["async_options"])
-    if opts["learner_devices"] is not None:
-        opts["learner_devices"] = tuple(opts["learner_devices"])
-    async_options = _library_config(AsyncOptions, "algo.trainer.async_options", opts)
+    options = async_options(trainer["async_options"])
     agent = _library_config(FastSACConfig, "algo.agent", dict(cfg["algo"]["agent"]))
     return ResolvedRun(
         config=cfg,
@@ -229,7 +226,7 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
         env_factory=factory,
         dims=dims,
         agent=agent,
-        async_options=async_options,
+        async_options=options,
         device=device,
         notes=tuple(notes),
     )
