@@ -62,6 +62,16 @@ class ResolvedRun:
     notes: tuple[str, ...] = ()
     """Lines for the console about what was adjusted (the CPU profile)."""
 
+    @property
+    def num_envs(self) -> int:
+        """Envs per iteration (``task.num_envs``, after sizing and the CPU profile)."""
+        return int(self.config["task"]["num_envs"])
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the asynchronous trainer runs (``algo.trainer.asynchronous``)."""
+        return bool(self.config["algo"]["trainer"]["asynchronous"])
+
     def plan(
         self, run_dir: Path, resume_from: Path | None, topology: TrainerTopology | None = None
     ) -> RunPlan:
@@ -71,10 +81,10 @@ class ResolvedRun:
             task_name=self.task_name,
             env_factory=self.env_factory,
             dims=self.dims,
-            num_envs=self.config["task"]["num_envs"],
+            num_envs=self.num_envs,
             agent=self.agent,
             async_options=self.async_options,
-            asynchronous=trainer["asynchronous"],
+            asynchronous=self.asynchronous,
             device=self.device,
             seed=self.config["seed"],
             num_iterations=trainer["num_learning_iterations"],
