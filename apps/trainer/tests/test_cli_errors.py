@@ -133,9 +133,9 @@ def test_subprocess_error_is_one_line_without_traceback() -> None:
 def _saved_run(tmp_path: Path, args: list[str], iteration: int) -> Path:
     """A run folder holding one checkpoint of the agent ``args`` configure, at ``iteration``."""
     from fastsac_core import FastSACAgent, save_checkpoint
-    from trainer.cli import _composed
+    from trainer.arguments import composed
 
-    run = _composed(args).run
+    run = composed(args).run
     agent = FastSACAgent(run.dims, run.agent, "cpu", num_envs=run.config["task"]["num_envs"])
     folder = tmp_path / "old"
     save_checkpoint(

@@ -52,7 +52,7 @@ def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
 
 def test_an_env_count_moved_for_this_machine_is_saved_for_the_resume() -> None:
     """A num_envs that sizing or the CPU profile moved is saved, so a resume on another machine keeps it."""
-    from trainer.cli import _composed
+    from trainer.arguments import composed as _composed
 
     composed = _composed(["task=humanoid", "algo.trainer.asynchronous=true", "algo.trainer.device=cpu"])
     moved = composed.run.config["task"]["num_envs"]

@@ -186,7 +186,7 @@ def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_contin
 
 _WITH_TERMINAL = """
 import fcntl, os, sys, termios
-fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # a session leader (start_new_session) takes the pty as its terminal
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # started with start_new_session, it takes the pty as its terminal
 os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 """
 

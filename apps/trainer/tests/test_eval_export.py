@@ -47,8 +47,8 @@ def test_export_matches_the_checkpoint_policy(
     policy, meta = load_policy(run_dir / "checkpoints" / "model_0000007.pt")
     obs = (4.0 * torch.randn(64, meta["dims"]["obs_dim"], generator=torch.Generator().manual_seed(1))).float()
     expected = policy(obs).numpy()
-    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"obs": obs.numpy()})
+    runtime = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = runtime.run(None, {"obs": obs.numpy()})
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
     # The normalizer matters: without it the actions differ.
     raw = policy.actor(obs, deterministic=True).detach().numpy()

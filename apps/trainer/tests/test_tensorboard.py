@@ -71,8 +71,8 @@ def test_stage_means_come_from_collector_groups_only() -> None:
     assert means == {"perf/collector_wait_ms": 1.0}
 
 
-def test_a_resumed_run_hides_the_events_its_last_session_wrote_past_the_checkpoint(tmp_path: Path) -> None:
-    """Resuming the checkpoint of iteration 20: the first session's points after 20 are gone, no zig-zag."""
+def test_a_resumed_run_hides_the_events_its_last_launch_wrote_past_the_checkpoint(tmp_path: Path) -> None:
+    """Resuming the checkpoint of iteration 20: the first launch's points after 20 are gone, no zig-zag."""
     first = TensorBoardReporter(tmp_path)
     for iteration in (10, 20, 30):  # it stopped at 30, its last checkpoint was at 20
         first.report(_snapshot(iteration))

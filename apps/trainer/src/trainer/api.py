@@ -211,9 +211,10 @@ def train(
     """
     from fastsac_core import FastSACCoreError
     from trainer import cli
+    from trainer.arguments import overrides_only
     from trainer.config.compose import merge_overrides
 
-    extra = cli._overrides_only(list(overrides))  # flags refused as on the command line
+    extra = overrides_only(list(overrides))  # flags refused as on the command line
     given = merge_overrides(_env_overrides(task, env_id, env_factory, env_kwargs, env_import), extra)
     outcome = RunOutcome()
     try:

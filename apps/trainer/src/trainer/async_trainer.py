@@ -1,6 +1,6 @@
 """The asynchronous trainer: RunPlan -> topology -> fastsac-async engine -> Snapshots.
 
-Resolves the placement (``topology`` with ``numa_bind.discover_host``), runs
+Takes the plan's placement (or resolves it, ``trainer.config.placement.resolve_placement``), runs
 :func:`fastsac_async.run_engine`, and turns each engine stats tick into a :class:`Snapshot` with
 the metric names of DESIGN.md. Worker failures reach the boot view (during start-up) and the
 caller (as :class:`fastsac_async.WorkerFailed`).
@@ -25,12 +25,11 @@ from fastsac_async import (
     WorkerFailed,
     run_engine,
 )
-from topology import TrainerTopology
 from trainer.config.placement import resolve_placement
 from trainer.plan import RunPlan
 from trainer.reporting import Reporter, Snapshot
 
-__all__ = ["AsyncResult", "BootView", "engine_snapshot", "resolve_topology", "run_async"]
+__all__ = ["AsyncResult", "BootView", "engine_snapshot", "run_async"]
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +62,6 @@ class AsyncResult:
     """The last checkpoint written."""
     stop_reason: StopReason
     """``completed``, ``time_limit`` or ``stop_requested`` (Ctrl+C, should_stop)."""
-
-
-def resolve_topology(plan: RunPlan) -> TrainerTopology:
-    """The placement of ``plan`` on this host (the CLI resolves it once and carries it in the plan)."""
-    if plan.topology is not None:
-        return plan.topology
-    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return resolve_placement(
-        num_envs=plan.num_envs,
-        dims=plan.dims,
-        agent=plan.agent,
-        options=plan.async_options,
-        device=plan.device,
-        cuda_count=cuda,
-    )
 
 
 def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) -> Snapshot:
@@ -143,7 +127,8 @@ def run_async(
             error log (also passed to ``boot_view.failed``).
         fastsac_async.RunAborted: ``should_abort()`` turned true; every worker is gone.
     """
-    topology = resolve_topology(plan)
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    topology = plan.topology if plan.topology is not None else resolve_placement(plan, cuda_count)
     for note in topology.notes:
         log.info("placement: %s", note)
     spec = EngineSpec(

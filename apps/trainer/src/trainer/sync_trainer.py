@@ -53,7 +53,7 @@ class SyncResult:
     updates: int
     """Critic updates done by the agent (cumulative over resumes)."""
     mean_return: float | None
-    """Mean return of the last 100 episodes of this session; None when none ended."""
+    """Mean return of the last 100 episodes of this launch (a resume starts afresh); None when none ended."""
     last_checkpoint: Path | None
     """The last checkpoint written (or resumed from); None when none exists."""
     stop_reason: StopReason

@@ -37,8 +37,8 @@ class TensorBoardReporter:
 
     Args:
         log_dir: Folder of the event files (the run folder).
-        resumed_at: The iteration of the checkpoint this session resumes, if any: TensorBoard hides
-            the events an earlier session of the run wrote after it (that session went on past its
+        resumed_at: The iteration of the checkpoint this launch resumes, if any: TensorBoard hides
+            the events an earlier launch of the run wrote after it (that launch went on past its
             last checkpoint), and keeps the ones up to it.
     """
 

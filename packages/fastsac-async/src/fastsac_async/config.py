@@ -1,13 +1,57 @@
-"""Options of the asynchronous trainer (``algo.trainer.async_options.*``), names from the seeds."""
+"""Options of the asynchronous trainer (``algo.trainer.async_options.*``), names from the seeds.
+
+An :class:`AsyncOptions` checks its own values when it is built (one rule per field, below): every
+layer above (the engine, the app) trusts a record that exists. The count rules between settings
+(``num_envs % num_collectors`` and the like) are topology's (``topology.check_counts``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from fastsac_async.exceptions import AsyncConfigError
 
 __all__ = ["AsyncOptions"]
 
 Switch = Literal["auto", "on", "off"]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_Rule = tuple[Callable[[Any], bool], str]
+
+_RULES: dict[str, _Rule] = {
+    "num_collectors": (lambda v: _count(v) and v >= 1, "use at least 1 collector"),
+    "num_learners": (lambda v: _count(v) and v >= 1, "use at least 1 learner"),
+    "cpus_per_collector": (
+        lambda v: v is None or (_count(v) and v >= 1),
+        "use a positive CPU count, or None (unpinned)",
+    ),
+    "ring_capacity": (lambda v: _count(v) and v >= 1, "use a positive slot count, e.g. 64"),
+    "utd_mode": (lambda v: v in ("strict", "learner_bound"), "use strict or learner_bound"),
+    "weight_publish_interval": (lambda v: _count(v) and v >= 1, "use a positive number of updates"),
+    "weight_poll_interval": (lambda v: _count(v) and v >= 1, "use a positive number of env steps"),
+    "max_ingest_per_iter": (lambda v: _count(v) and v >= 1, "use a positive number of slots"),
+    "ingest": (lambda v: v in ("generations", "ragged"), "use generations or ragged (the default)"),
+    "idle_sleep_s": (lambda v: _number(v) and v >= 0, "use 0 or a positive number of seconds"),
+    "collector_spin_s": (
+        lambda v: _number(v) and 0 <= v <= 1,
+        "use 0 (sleep at once) up to 1 s (a collector sees a stop request only between its waits)",
+    ),
+    "transition_ipc": (lambda v: v in ("auto", "on", "off"), "use auto, on or off"),
+    "weight_ipc": (lambda v: v in ("auto", "on", "off"), "use auto, on or off"),
+    "weight_ipc_min_bytes": (lambda v: _count(v) and v >= 0, "use 0 or a positive byte count"),
+    "boot_timeout_s": (lambda v: _number(v) and v > 0, "use a positive number of seconds"),
+}
+"""The value rule of each checked field: (accepts, the fix the error names)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,7 +59,7 @@ class AsyncOptions:
     """How collectors and learners are laid out and how they exchange data."""
 
     num_collectors: int = 1
-    """Collector processes; num_envs must be divisible by it."""
+    """Collector processes; num_envs must be divisible by it (checked by topology, which knows num_envs)."""
     num_learners: int = 1
     """Learner processes (one per device, DDP in lockstep); num_collectors must be divisible by it."""
     learner_devices: tuple[str, ...] | None = None
@@ -58,3 +102,15 @@ class AsyncOptions:
     """Size gate of the CUDA-IPC weight channel under auto."""
     boot_timeout_s: float = 600.0
     """Longest wait for every worker to report ready."""
+
+    def __post_init__(self) -> None:
+        """Check every field against its rule.
+
+        Raises:
+            AsyncConfigError: The first invalid field, with its name, the value seen and the fix.
+        """
+        for f in fields(self):
+            rule = _RULES.get(f.name)
+            value = getattr(self, f.name)
+            if rule is not None and not rule[0](value):
+                raise AsyncConfigError.of_option(f.name, value, rule[1])

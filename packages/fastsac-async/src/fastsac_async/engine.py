@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastsac_async.control import Control
-from fastsac_async.exceptions import AsyncConfigError, BootTimeoutError, RunAborted, WorkerFailed
+from fastsac_async.exceptions import BootTimeoutError, RunAborted, WorkerFailed
 from fastsac_async.janitor import Janitor
 from fastsac_async.profiling import profile_iterations
 from fastsac_async.spec import (
@@ -150,21 +150,7 @@ class AsyncEngine:
     """
 
     def __init__(self, spec: EngineSpec) -> None:
-        if spec.options.ring_capacity < 1:
-            raise AsyncConfigError(
-                f"async_options.ring_capacity={spec.options.ring_capacity} must be at least 1; "
-                "64 is the default"
-            )
-        if not 0 <= spec.options.collector_spin_s <= 1:
-            raise AsyncConfigError(
-                f"async_options.collector_spin_s={spec.options.collector_spin_s} must be between 0 and 1 s; "
-                "0 (the default) sleeps at once, and a collector sees a stop request only between waits"
-            )
-        if spec.options.ingest not in ("generations", "ragged"):
-            raise AsyncConfigError(
-                f"async_options.ingest={spec.options.ingest!r} is not an ingest mode; use 'ragged' "
-                "(the default) or 'generations'"
-            )
+        # The options checked themselves when built (AsyncOptions), the counts when the topology was.
         profile_iterations()  # an invalid FASTSAC_PROFILE_LEARNER fails here, before anything starts
         self.spec = spec
         self._collectors = [collector_name(c.index) for c in spec.topology.collectors]

@@ -13,7 +13,35 @@ class AsyncEngineError(RuntimeError):
 
 
 class AsyncConfigError(AsyncEngineError, ValueError):
-    """An engine setting is invalid (the message names the setting, the value and the fix)."""
+    """An engine setting is invalid (the message names the setting, the value and the fix).
+
+    Attributes:
+        setting: The :class:`~fastsac_async.AsyncOptions` field at fault (None for other settings,
+            such as an environment variable).
+        value: The value seen.
+        fix: What to do instead (the part of the message after "is invalid: ").
+    """
+
+    def __init__(
+        self, message: str, *, setting: str | None = None, value: object = None, fix: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.value = value
+        self.fix = fix
+
+    @classmethod
+    def of_option(cls, setting: str, value: object, fix: str) -> AsyncConfigError:
+        """The error of an ``AsyncOptions`` field: ``async_options.<setting>=<value> is invalid: <fix>``.
+
+        Args:
+            setting: The field.
+            value: The value seen.
+            fix: What to do instead.
+        """
+        return cls(
+            f"async_options.{setting}={value!r} is invalid: {fix}", setting=setting, value=value, fix=fix
+        )
 
 
 class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the issue use)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from fastsac_async.config import AsyncOptions
+from fastsac_async.exceptions import AsyncConfigError
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig
 from shm_transport import FieldSpec, HostRingHandle, RingCursorsHandle, RingLayout, transition_layout
 from topology import LearnerPlacement, TrainerTopology
@@ -61,14 +62,32 @@ class EngineSpec:
     """torch intra-op threads of a learner process; None: 1 for a CUDA learner (more only add host
     overhead to a launch-bound update: wiki/benchmarks.md, Learner), else its pinned CPUs (2 unpinned)."""
 
+    def __post_init__(self) -> None:
+        """Check that the options and the topology count the same workers (the topology is read).
+
+        Raises:
+            AsyncConfigError: ``options.num_collectors`` or ``options.num_learners`` differs from the
+                topology's count.
+        """
+        for setting, planned in (
+            ("num_collectors", len(self.topology.collectors)),
+            ("num_learners", len(self.topology.learners)),
+        ):
+            if getattr(self.options, setting) != planned:
+                raise AsyncConfigError.of_option(
+                    setting,
+                    getattr(self.options, setting),
+                    f"the topology places {planned}; resolve the topology from these options",
+                )
+
     @property
     def num_collectors(self) -> int:
-        """Collector processes."""
+        """Collector processes (the topology's, equal to ``options.num_collectors``)."""
         return len(self.topology.collectors)
 
     @property
     def num_learners(self) -> int:
-        """Learner processes."""
+        """Learner processes (the topology's, equal to ``options.num_learners``)."""
         return len(self.topology.learners)
 
 

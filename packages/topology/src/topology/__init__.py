@@ -3,6 +3,7 @@
 No processes and no I/O: the host layout comes in as data (``numa_bind.HostLayout``).
 """
 
+from topology._counts import check_counts, format_choices
 from topology._devices import expand_learner_devices
 from topology._plan import CollectorPlacement, LearnerPlacement, TrainerTopology, Transport
 from topology._resolve import resolve_trainer_topology
@@ -11,8 +12,10 @@ from topology._transport import IpcMode
 from topology.exceptions import TopologyError
 
 __all__ = [  # noqa: RUF022 - grouped by topic
-    # resolver
+    # resolver and its count rules
     "IpcMode",
+    "check_counts",
+    "format_choices",
     "expand_learner_devices",
     "resolve_trainer_topology",
     # automatic collector sizing

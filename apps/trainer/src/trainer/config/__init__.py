@@ -6,7 +6,7 @@ from trainer.config.placement import actor_param_bytes, describe_placement
 from trainer.config.resolve import CPU_PROFILE, ResolvedRun, apply_cpu_profile, resolve_device, resolve_run
 from trainer.config.schema import AlgoConfig, RootConfig, TaskConfig, TrainerConfig
 from trainer.config.store import DEFAULT_TASK, PRIMARY_CONFIG, register_configs, task_node
-from trainer.config.validate import check_device, normalize_switch, valid_divisors, validate_config
+from trainer.config.validate import check_device, normalize_switch, validate_config
 
 __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     # Schema
@@ -30,7 +30,6 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "normalize_switch",
     "resolve_device",
     "resolve_run",
-    "valid_divisors",
     "validate_config",
     # Placement
     "actor_param_bytes",

@@ -18,7 +18,7 @@ from fastsac_core.env import EnvDims, EnvFactory
 from topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from trainer.config.exceptions import TrainerAppError
 from trainer.config.host import host_layout, host_quota
-from trainer.config.validate import validate_config
+from trainer.config.validate import async_options, check_counts_of, validate_config
 from trainer.plan import RunPlan
 from trainer.tasks import TaskError, env_factory_for, probe_dims
 
@@ -62,6 +62,16 @@ class ResolvedRun:
     notes: tuple[str, ...] = ()
     """Lines for the console about what was adjusted (the CPU profile)."""
 
+    @property
+    def num_envs(self) -> int:
+        """Envs per iteration (``task.num_envs``, after sizing and the CPU profile)."""
+        return int(self.config["task"]["num_envs"])
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the asynchronous trainer runs (``algo.trainer.asynchronous``)."""
+        return bool(self.config["algo"]["trainer"]["asynchronous"])
+
     def plan(
         self, run_dir: Path, resume_from: Path | None, topology: TrainerTopology | None = None
     ) -> RunPlan:
@@ -71,10 +81,10 @@ class ResolvedRun:
             task_name=self.task_name,
             env_factory=self.env_factory,
             dims=self.dims,
-            num_envs=self.config["task"]["num_envs"],
+            num_envs=self.num_envs,
             agent=self.agent,
             async_options=self.async_options,
-            asynchronous=trainer["asynchronous"],
+            asynchronous=self.asynchronous,
             device=self.device,
             seed=self.config["seed"],
             num_iterations=trainer["num_learning_iterations"],
@@ -221,12 +231,9 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
                 f"cpu learner: scaled {', '.join(changed)} "
                 "(set these keys explicitly to keep the task's values)"
             )
-    validate_config(cfg, cuda_count)  # again: the sized counts must divide as any given ones
+    check_counts_of(cfg)  # the sized counts keep the rules the given ones were checked against
     factory, dims = _probe(cfg["task"])
-    opts = dict(trainer["async_options"])
-    if opts["learner_devices"] is not None:
-        opts["learner_devices"] = tuple(opts["learner_devices"])
-    async_options = _library_config(AsyncOptions, "algo.trainer.async_options", opts)
+    options = async_options(trainer["async_options"])
     agent = _library_config(FastSACConfig, "algo.agent", dict(cfg["algo"]["agent"]))
     return ResolvedRun(
         config=cfg,
@@ -234,7 +241,7 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
         env_factory=factory,
         dims=dims,
         agent=agent,
-        async_options=async_options,
+        async_options=options,
         device=device,
         notes=tuple(notes),
     )

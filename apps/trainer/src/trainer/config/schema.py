@@ -48,7 +48,8 @@ def _mutable_mirror(name: str, frozen_cls: type[Any], auto: tuple[str, ...] = ()
     """A mutable dataclass with the same fields and defaults as ``frozen_cls``.
 
     Hydra needs mutable nodes to apply overrides, and OmegaConf knows neither ``Literal`` nor
-    tuples; the library dataclass re-validates every value when the app converts back. The
+    tuples: hydra checks the types, ``trainer.config.validate`` the values (``AsyncOptions`` checks
+    its own fields when the app converts back; the agent's ranges are the app's rules). The
     ``auto`` fields default to ``"auto"`` and take any value: the app resolves them (and checks what
     the user gave) before it builds the library record.
     """
@@ -146,7 +147,8 @@ class RootConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Algorithm and trainer."""
     seed: int = 1
-    """Base seed; collector i uses seed + i, learner rank r uses seed + 1000 * (r + 1)."""
+    """Base seed; collector i uses seed + i, learner rank r uses seed + 1000 + r (the synchronous trainer
+    seed + 1000, like rank 0)."""
     run_name: str | None = None
     """Run folder name under runs_root; None: <task>-<timestamp>."""
     runs_root: str = "runs"

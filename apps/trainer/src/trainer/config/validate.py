@@ -1,8 +1,10 @@
 """Validation of the composed config: every invalid value becomes one :class:`ConfigError`.
 
-Types are already checked by hydra against the schema; these are the value rules (ranges,
-enums, divisibility, devices). The library dataclasses re-check what they own when the config
-is converted (``trainer.config.resolve``).
+Types are already checked by hydra against the schema. Each rule lives in one place: the app's
+own settings (task, trainer, console, the agent's ranges, the devices on this machine) are checked
+here; ``fastsac_async.AsyncOptions`` checks its fields when it is built and ``topology.check_counts``
+owns the count rules (``num_envs % num_collectors`` ...). Their errors come back here and are
+worded as the app's (the key path, the value seen, the fix).
 """
 
 from __future__ import annotations
@@ -11,9 +13,18 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fastsac_async import AsyncConfigError, AsyncOptions
+from topology import AUTO, TopologyError, check_counts
 from trainer.config.exceptions import ConfigError
 
-__all__ = ["CHECKPOINT_SIGNALS", "check_device", "normalize_switch", "valid_divisors", "validate_config"]
+__all__ = [
+    "CHECKPOINT_SIGNALS",
+    "async_options",
+    "check_counts_of",
+    "check_device",
+    "normalize_switch",
+    "validate_config",
+]
 
 _OPTS = "algo.trainer.async_options"
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -27,12 +38,6 @@ def _get(cfg: Mapping[str, Any], path: str) -> Any:
     for part in path.split("."):
         node = node[part]
     return node
-
-
-def valid_divisors(n: int, limit: int = 8) -> str:
-    """The first ``limit`` divisors of ``n`` as ``{1, 2, 4, ...}`` (the valid counts to suggest)."""
-    found = [d for d in range(1, n + 1) if n % d == 0][:limit]
-    return "{" + ", ".join(map(str, found)) + (", ...}" if len(found) == limit else "}")
 
 
 def normalize_switch(value: object) -> object:
@@ -63,10 +68,6 @@ def check_device(setting: str, spec: str, cuda_count: int, *, allow_auto: bool =
 _Rule = tuple[str, Callable[[Any], bool], str]
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 _RULES: tuple[_Rule, ...] = (
     ("task.num_envs", lambda v: v >= 1, "use at least 1 env"),
     ("task.max_episode_steps", lambda v: v is None or v >= 1, "use a positive step count or null"),
@@ -94,38 +95,64 @@ _RULES: tuple[_Rule, ...] = (
     ("algo.agent.num_atoms", lambda v: v >= 2, "use at least 2 atoms"),
     ("algo.agent.amp_dtype", lambda v: v in ("bf16", "fp16"), "use bf16 or fp16"),
     ("algo.agent.cudagraph_scope", lambda v: v in ("regions", "step"), "use regions or step"),
-    (
-        f"{_OPTS}.num_collectors",
-        lambda v: v == "auto" or (_is_count(v) and v >= 1),
-        "use auto (sized to this machine) or at least 1 collector",
-    ),
-    (f"{_OPTS}.num_learners", lambda v: v >= 1, "use at least 1 learner"),
-    (f"{_OPTS}.ring_capacity", lambda v: v >= 1, "use a positive slot count, e.g. 64"),
-    (f"{_OPTS}.utd_mode", lambda v: v in ("strict", "learner_bound"), "use strict or learner_bound"),
-    (f"{_OPTS}.weight_publish_interval", lambda v: v >= 1, "use a positive number of updates"),
-    (f"{_OPTS}.weight_poll_interval", lambda v: v >= 1, "use a positive number of env steps"),
-    (f"{_OPTS}.max_ingest_per_iter", lambda v: v >= 1, "use a positive number of slots"),
-    (f"{_OPTS}.ingest", lambda v: v in ("generations", "ragged"), "use generations or ragged"),
-    (f"{_OPTS}.idle_sleep_s", lambda v: v >= 0, "use 0 or a positive number of seconds"),
-    (
-        f"{_OPTS}.collector_spin_s",
-        lambda v: 0 <= v <= 1,
-        "use 0 (sleep at once) up to 1 s (a collector sees a stop request only between its waits)",
-    ),
-    (f"{_OPTS}.boot_timeout_s", lambda v: v > 0, "use a positive number of seconds"),
-    (
-        f"{_OPTS}.cpus_per_collector",
-        lambda v: v is None or v == "auto" or (_is_count(v) and v >= 1),
-        "use auto (sized to this machine), a positive CPU count, or null (unpinned)",
-    ),
-    (f"{_OPTS}.transition_ipc", lambda v: v in _SWITCHES, "use auto, on or off (quote it in yaml)"),
-    (f"{_OPTS}.weight_ipc", lambda v: v in _SWITCHES, "use auto, on or off (quote it in yaml)"),
-    (f"{_OPTS}.weight_ipc_min_bytes", lambda v: v >= 0, "use 0 or a positive byte count"),
 )
 
 
+_AUTO_FIXES = {
+    "num_collectors": "use auto (sized to this machine) or at least 1 collector",
+    "cpus_per_collector": "use auto (sized to this machine), a positive CPU count, or null (unpinned)",
+}
+"""The app's words for the two options that may also be ``auto`` (sized before the record is built)."""
+
+_COUNT_PATHS = {
+    "num_envs": "task.num_envs",
+    "num_collectors": f"{_OPTS}.num_collectors",
+    "num_learners": f"{_OPTS}.num_learners",
+    "batch_size": "algo.agent.batch_size",
+}
+"""Key path of each count ``topology.check_counts`` names."""
+
+
+def async_options(node: Mapping[str, Any]) -> AsyncOptions:
+    """The library record of ``algo.trainer.async_options``; an ``auto`` count takes the record's default.
+
+    Raises:
+        ConfigError: A field the record refuses (its own rule), worded with the key path.
+    """
+    values = {key: value for key, value in node.items() if not (key in _AUTO_FIXES and value == AUTO)}
+    if values.get("learner_devices") is not None:
+        values["learner_devices"] = tuple(values["learner_devices"])
+    try:
+        return AsyncOptions(**values)
+    except AsyncConfigError as error:
+        assert error.setting is not None  # every AsyncOptions rule names its field
+        raise ConfigError(
+            f"{_OPTS}.{error.setting}", error.value, _AUTO_FIXES.get(error.setting, error.fix)
+        ) from None
+
+
+def check_counts_of(cfg: Mapping[str, Any]) -> None:
+    """The count rules of topology on the config's counts (``num_collectors`` may still be ``auto``).
+
+    Raises:
+        ConfigError: A count that breaks a rule, with the key path of the count to change.
+    """
+    opts = _get(cfg, _OPTS)
+    try:
+        check_counts(
+            num_envs=cfg["task"]["num_envs"],
+            num_collectors=opts["num_collectors"],
+            num_learners=opts["num_learners"],
+            batch_size=cfg["algo"]["agent"]["batch_size"],
+            names={"num_envs": "task.num_envs"},
+        )
+    except TopologyError as error:
+        assert error.setting is not None  # every count rule names the count
+        raise ConfigError(_COUNT_PATHS[error.setting], error.value, error.fix) from None
+
+
 def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
-    """Check every value rule, the divisibility of the counts and the devices.
+    """Check the app's value rules, the async options, the count rules and the devices.
 
     ``cfg`` is the composed config as plain containers; the auto/on/off switches are normalised
     in place (YAML booleans accepted).
@@ -143,30 +170,12 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
     agent = cfg["algo"]["agent"]
     if not agent["v_min"] < agent["v_max"]:
         raise ConfigError("algo.agent.v_min", agent["v_min"], f"use a value below v_max={agent['v_max']}")
-    num_envs, collectors, learners = cfg["task"]["num_envs"], opts["num_collectors"], opts["num_learners"]
-    if collectors == "auto":
-        pass  # sized later to fit num_envs (topology.size_collectors); then this check runs again
-    elif num_envs % collectors:
-        raise ConfigError(
-            f"{_OPTS}.num_collectors",
-            collectors,
-            f"task.num_envs={num_envs} is not divisible by it; choose from {valid_divisors(num_envs)}",
-        )
-    if collectors != "auto" and collectors % learners:
-        raise ConfigError(
-            f"{_OPTS}.num_learners",
-            learners,
-            f"num_collectors={collectors} is not divisible by it; choose from {valid_divisors(collectors)}",
-        )
-    if agent["batch_size"] % learners:
-        raise ConfigError(
-            "algo.agent.batch_size",
-            agent["batch_size"],
-            f"use a multiple of num_learners={learners}",
-        )
+    async_options(opts)
+    check_counts_of(cfg)
     check_device("algo.trainer.device", cfg["algo"]["trainer"]["device"], cuda_count)
     check_device(f"{_OPTS}.collector_inference_device", opts["collector_inference_device"], cuda_count)
     devices = opts["learner_devices"]
+    learners = opts["num_learners"]
     if devices is not None:
         for device in devices:
             check_device(f"{_OPTS}.learner_devices", device, cuda_count, allow_auto=False)
