@@ -122,3 +122,38 @@ def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: P
     resumed = _run([f"resume={run_dir}", f"algo.trainer.num_learning_iterations={reached + 4}",
                     "console=plain"], tmp_path)  # fmt: skip
     assert "resuming from" in resumed and _iteration(run_dir) == reached + 4
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        ["task=gym", "task.env_id=InvertedPendulum-v5", "task.num_envs=4"],
+        [
+            "task=gym",
+            "task.env_factory=point_env:make",
+            "task.env_kwargs={episode_steps:10}",
+            "task.num_envs=4",
+        ],
+    ],
+    ids=["gym_id", "own_factory"],
+)
+@pytest.mark.parametrize(
+    "mode",
+    [["algo.trainer.asynchronous=true", "algo.trainer.async_options.num_collectors=2",
+      "algo.trainer.async_options.transition_ipc=on"], ["algo.trainer.asynchronous=false"]],
+    ids=["async_cuda_ipc", "sync"],
+)  # fmt: skip
+def test_a_users_env_trains_on_cuda_resumes_and_evaluates_without_a_gpu(
+    tmp_path: Path, point_env_dir: Path, env: list[str], mode: list[str]
+) -> None:
+    """task=gym (an id, or the user's factory outside the workspace) on CUDA: run, resume, eval on CPU."""
+    user = {"PYTHONPATH": str(point_env_dir)}
+    tiny = [a for a in TINY if not a.startswith("task")]
+    _run([*tiny, *env, *mode, "algo.trainer.num_learning_iterations=4", "run_name=r"], tmp_path, **user)
+    run_dir = tmp_path / "runs" / "r"
+    assert _iteration(run_dir) == 4
+    _run([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6", "console=plain"], tmp_path, **user)
+    assert _iteration(run_dir) == 6
+    no_gpu = {"CUDA_VISIBLE_DEVICES": "", **user}
+    evaluated = _run(["eval", f"checkpoint={run_dir}", "episodes=2"], tmp_path, **no_gpu)
+    assert "mean return" in evaluated, evaluated
