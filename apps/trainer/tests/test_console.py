@@ -113,6 +113,28 @@ def test_rich_boot_panel_lists_workers_and_failure() -> None:
     console.close()
 
 
+def test_boot_count_shows_the_total_from_the_start() -> None:
+    """Workers announced as waiting count in the total at once; released (running) workers stay ready."""
+    names = ["learner0", *(f"collector{i}" for i in range(15))]
+    stream = io.StringIO()
+    plain = PlainConsole(stream, "t")
+    rich = RichConsole(Console(file=io.StringIO()), "t", keys=False, live=False)
+    for console in (plain, rich):
+        for name in names:
+            console.worker_state(name, "waiting")
+        console.worker_state("learner0", "booting")
+    assert "0/16 workers ready" in _render(rich, 0)
+    for console in (plain, rich):
+        for name in names:
+            console.worker_state(name, "ready")
+        console.worker_state("learner0", "running")
+    assert "16/16 workers ready" in _render(rich, 0)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "boot: learner0 booting (0/16 ready)", "waiting states print no line"
+    assert lines[-1] == "boot: learner0 running (16/16 ready)"
+    rich.close()
+
+
 def test_failure_after_training_started_is_not_a_boot_failure() -> None:
     """A worker dying after the first report is reported as 'worker failed', not 'boot failed'."""
     console = PlainConsole(io.StringIO(), "t")

@@ -59,6 +59,8 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
     assert set(last.learners) == set(range(learners))
     names = {w for w, _ in boot}
     assert names == {f"collector{i}" for i in range(collectors)} | {f"learner{r}" for r in range(learners)}
+    # Every worker is announced before the first one is spawned: the console's total is right from the start.
+    assert [s for _, s in boot[: len(names)]] == ["waiting"] * len(names)
     assert result.last_checkpoint is not None
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
     assert extra["collector_steps"] == [40] * collectors and extra["iteration"] == 40

@@ -147,8 +147,16 @@ def run_async(
     )
     per_collector = topology.num_envs_per_collector
 
+    reported_step = -1
+
     def on_stats(stats: EngineStats) -> None:
-        reporter.report(engine_snapshot(plan, stats, per_collector))
+        # One report per global step: the learner reports its last window when it stops, then sends
+        # one more tick at the same step for the final checkpoint (an empty window: 0 updates/s).
+        nonlocal reported_step
+        step = stats.learners[0].global_step  # the learner's own step (ticks drained together share one)
+        if step != reported_step:
+            reported_step = step
+            reporter.report(engine_snapshot(plan, stats, per_collector))
         if stats.checkpoint is not None:
             reporter.checkpoint_saved(Path(stats.checkpoint))
 

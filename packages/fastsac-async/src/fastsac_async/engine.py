@@ -5,9 +5,10 @@
    (``HostRing``, or ``RingCursors`` when its learner allocates a CUDA-IPC ring), one weight channel
    per collector, the shared :class:`~fastsac_async.control.Control`, the stats queue and the
    :class:`~shm_transport.StartupHandshake`.
-2. Spawn learners, then collectors (each inside ``numa_bind.bound_for_child`` when placed on a
-   node), report each as "booting"; wait for every "ready" (``boot_timeout_s``) while watching for a
-   worker that dies during start-up; release them together.
+2. Report every worker as "waiting" (the console knows the total from the start); spawn learners,
+   then collectors (each inside ``numa_bind.bound_for_child`` when placed on a node), report each as
+   "booting"; wait for every "ready" (``boot_timeout_s``) while watching for a worker that dies
+   during start-up; release them together.
 3. Monitor: collect stats, call back, stop on request or time limit (stop flag), fail on any
    worker that exits non-zero, finish when every learner is done.
 4. Names: once every worker reported ready (so every one has attached), the parent unlinks every
@@ -193,7 +194,8 @@ class AsyncEngine:
 
         Args:
             on_stats: Called with every stats tick.
-            on_boot: ``(worker, state)`` during start-up: ``booting``, ``ready``, ``running``.
+            on_boot: ``(worker, state)`` during start-up: ``waiting`` (every worker, before the first
+                is spawned), ``booting``, ``ready``, ``running``.
             should_stop: Polled; True requests a clean stop (final checkpoint included).
             should_abort: Polled, also during the shutdown; True stops at once: every worker is
                 killed (no final checkpoint), everything is released, and :class:`RunAborted` is raised.
@@ -233,6 +235,8 @@ class AsyncEngine:
             queues = {name: ctx.Queue(maxsize=16) for name in workers}
         try:
             ring_handles, weight_handles = self._allocate(segments)
+            for name in workers:  # every row (and the total) is known before the first is spawned
+                on_boot(name, "waiting")
             common = {"spec": spec, "control": control, "handshake": handshake}
             for p in spec.topology.learners:
                 own = {c.index for c in spec.topology.collectors_of(p.rank)}

@@ -1,7 +1,8 @@
 """The boot panel: what the asynchronous trainer tells the console while its workers start.
 
 The async trainer calls a :class:`BootView` (the console implements it): one
-``worker_state(name, state)`` per change of a worker (``booting`` -> ``ready`` -> ``starting``), and
+``worker_state(name, state)`` per change of a worker (``waiting`` for every worker before the first is
+spawned, then ``booting`` -> ``ready`` -> ``running``), and
 ``failed(name, reason, log_path)`` when a worker dies or the boot deadline passes.
 """
 
@@ -18,14 +19,15 @@ from rich.text import Text
 
 __all__ = ["BootBoard", "BootFailure", "BootView", "render_boot"]
 
-_STATE_STYLES = {"booting": "yellow", "ready": "green", "starting": "cyan", "failed": "bold red"}
+_STATE_STYLES = {"waiting": "dim", "booting": "yellow", "ready": "green", "running": "cyan", "failed": "bold red"}
+_READY = ("ready", "running")
 
 
 class BootView(Protocol):
     """Receives the readiness of workers during boot (implemented by the console)."""
 
     def worker_state(self, name: str, state: str) -> None:
-        """Worker ``name`` (``learner0``, ``collector3``) is now in ``state`` (booting, ready, starting)."""
+        """Worker ``name`` (``learner0``, ``collector3``) is now in ``state`` (waiting, booting, ready, running)."""
         ...
 
     def failed(self, name: str, reason: str, log_path: Path | None) -> None:
@@ -76,7 +78,7 @@ class BootBoard:
     @property
     def ready_count(self) -> int:
         """Workers that reported ready (or were released)."""
-        return sum(state in ("ready", "starting") for state in self.states.values())
+        return sum(state in _READY for state in self.states.values())
 
 
 def render_boot(board: BootBoard, title: str) -> RenderableType:

@@ -84,9 +84,10 @@ class PlainConsole:
         self._write(f"stop requested ({reason}): finishing with a final checkpoint (again: stop at once)")
 
     def worker_state(self, name: str, state: str) -> None:
-        """Write a worker's new boot state."""
+        """Write a worker's new boot state (``waiting``, before any worker is spawned, only counts)."""
         self.board.worker_state(name, state)
-        self._write(f"boot: {name} {state} ({self.board.ready_count}/{len(self.board.states)} ready)")
+        if state != "waiting":
+                self._write(f"boot: {name} {state} ({self.board.ready_count}/{len(self.board.states)} ready)")
 
     def failed(self, name: str, reason: str, log_path: Path | None) -> None:
         """Record a boot failure (the CLI prints its line once, on stderr)."""
