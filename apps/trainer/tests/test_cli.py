@@ -125,7 +125,9 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     assert "done:" in out
     boot = [line for line in out.splitlines() if line.startswith("boot: ")]
     assert boot[0].endswith("(0/3 ready)"), "the boot count's total is every worker from the first line"
-    progress = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("[pendulum/fastsac] it ")]
+    progress = [
+        line.split(" | ")[0] for line in out.splitlines() if line.startswith("[pendulum/fastsac] it ")
+    ]
     assert progress[-1].startswith("[pendulum/fastsac] it 6 ")
     assert len(progress) == len(set(progress)), f"each progress line prints once: {progress}"
     last = max((run_dir / "checkpoints").glob("model_*.pt"))

@@ -8,7 +8,7 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from trainer.reporting import Snapshot
-from trainer.tensorboard import TensorBoardReporter, collector_stage_means
+from trainer.tensorboard import ITERATION, TensorBoardReporter, collector_stage_means
 
 DESIGN_NAMES = (
     "perf/env_steps_per_s",
@@ -44,7 +44,7 @@ def _snapshot(iteration: int) -> Snapshot:
 
 
 def test_events_hold_design_names_steps_and_values(tmp_path: Path) -> None:
-    """Every scalar is written under its DESIGN name at the global step; NaNs are skipped."""
+    """Every scalar is under its DESIGN name at its env step; NaNs are skipped; iteration is a scalar."""
     writer = TensorBoardReporter(tmp_path)
     for iteration in (10, 20):
         writer.report(_snapshot(iteration))
@@ -56,9 +56,10 @@ def test_events_hold_design_names_steps_and_values(tmp_path: Path) -> None:
     assert "train/not_finite" not in tags
     for i, name in enumerate(DESIGN_NAMES):
         assert [(e.step, e.value) for e in events.Scalars(name)] == [
-            (10, 10.0 * (i + 1)),
-            (20, 20.0 * (i + 1)),
+            (80, 10.0 * (i + 1)),
+            (160, 20.0 * (i + 1)),
         ]
+    assert [(e.step, e.value) for e in events.Scalars(ITERATION)] == [(80, 10.0), (160, 20.0)]
     assert [e.value for e in events.Scalars("perf/collector_env_step_ms")] == [3.0, 3.0]
     assert [e.value for e in events.Scalars("perf/collector_push_ms")] == [2.0, 2.0]
 
@@ -72,15 +73,52 @@ def test_stage_means_come_from_collector_groups_only() -> None:
 
 
 def test_a_resumed_run_hides_the_events_its_last_launch_wrote_past_the_checkpoint(tmp_path: Path) -> None:
-    """Resuming the checkpoint of iteration 20: the first launch's points after 20 are gone, no zig-zag."""
+    """Resuming the checkpoint of iteration 20 (160 env steps): the first launch's later points are gone."""
     first = TensorBoardReporter(tmp_path)
     for iteration in (10, 20, 30):  # it stopped at 30, its last checkpoint was at 20
         first.report(_snapshot(iteration))
     first.close()
-    second = TensorBoardReporter(tmp_path, resumed_at=20)
+    second = TensorBoardReporter(tmp_path, resumed_at_env_steps=20 * 8)
     for iteration in (25, 35):
         second.report(_snapshot(iteration))
     second.close()
     events = EventAccumulator(str(tmp_path))
     events.Reload()
-    assert [e.step for e in events.Scalars("train/qf_loss")] == [10, 20, 25, 35]
+    assert [e.step for e in events.Scalars("train/qf_loss")] == [8 * it for it in (10, 20, 25, 35)]
+
+
+def test_runs_with_different_env_counts_line_up_in_env_steps(tmp_path: Path) -> None:
+    """Two runs at the same env steps with 8 and 32 envs share x values; their iterations differ."""
+    for name, num_envs, iteration in (("a", 8, 40), ("b", 32, 10)):
+        writer = TensorBoardReporter(tmp_path / name)
+        writer.report(Snapshot(iteration=iteration, env_steps=iteration * num_envs, total_env_steps=640,
+                               elapsed_s=1.0, scalars={"rollout/mean_return": 1.0}))  # fmt: skip
+        writer.close()
+    steps = {}
+    for name in ("a", "b"):
+        events = EventAccumulator(str(tmp_path / name))
+        events.Reload()
+        steps[name] = [(e.step, e.value) for e in events.Scalars(ITERATION)]
+    assert steps == {"a": [(320, 40.0)], "b": [(320, 10.0)]}
+
+
+def test_config_is_written_as_text_and_hparams(tmp_path: Path) -> None:
+    """The run's config is readable back as YAML text and as dotted hparams with the values given."""
+    from omegaconf import OmegaConf
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    config = {"task": {"name": "pendulum", "num_envs": 4, "max_episode_steps": None}, "seed": 3}
+    TensorBoardReporter(tmp_path, config=config).close()
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    events.Reload()
+    text = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert OmegaConf.to_container(OmegaConf.create(text.strip("`").removeprefix("yaml\n"))) == config
+    content = events.SummaryMetadata("_hparams_/session_start_info").plugin_data.content
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    hp = {k: v.ListFields()[0][1] for k, v in start.hparams.items()}
+    assert hp == {
+        "task.name": "pendulum",
+        "task.num_envs": 4.0,
+        "task.max_episode_steps": "null",
+        "seed": 3.0,
+    }

@@ -28,8 +28,10 @@ def help_text() -> str:
     )
     return f"""usage: trainer [task=NAME] [key=value ...]        train (hydra overrides)
        trainer --cfg job [key=value ...]           print the resolved config and exit
-       trainer eval checkpoint=PATH [episodes=N]   run the deterministic policy, print the mean return
+       trainer eval checkpoint=PATH [episodes=N] [video=true]   run the deterministic policy, print
+                                                   the mean return (video: an MP4 of one episode)
        trainer export checkpoint=PATH [format=onnx] [out=FILE]   write the policy for deployment
+       trainer plot RUN [RUN ...] [out=FILE]       PNG of the runs' returns (seeds: mean and spread)
 
 Asynchronous FastSAC: collector processes step MuJoCo envs on CPUs while learner processes
 update on GPUs (or the CPU). Runs go to runs/<run>/ (config.yaml, logs/, async_errors/,
@@ -60,6 +62,8 @@ important options:
   task=gym task.env_id=ID [task.env_kwargs={{k:v}}] [task.env_import=MODULE]   your gymnasium env
   task=gym task.env_factory=package.module:function   your own batched env (wiki/tasks.md)
   resume=RUN_FOLDER|CHECKPOINT                     continue a run (steps, optimizers, normalizers)
+  seed=1,2,3                                       one run per seed, one after another (runs/<name>_s<seed>)
+  logger=tensorboard|wandb|tensorboard,wandb       metric loggers (wandb.project=P wandb.entity=E)
 
 stopping:
   Ctrl+C, SIGTERM, SIGHUP: stop with a final checkpoint (exit 0); a second one stops at once
@@ -85,8 +89,9 @@ def overrides_only(args: list[str]) -> list[str]:
     for arg in args:
         if arg in _MULTIRUN:
             raise TrainerAppError(
-                f"{arg} is not supported: the trainer runs one configuration per command; start one "
-                "command per setting, e.g. `for s in 1 2; do trainer seed=$s; done`"
+                f"{arg} is not supported: the trainer runs one configuration per command; for seeds use "
+                "seed=1,2,3, else start one command per setting, e.g. "
+                "`for g in 0.98 0.99; do trainer algo.agent.gamma=$g; done`"
             )
         if arg.startswith("-"):
             raise TrainerAppError(

@@ -14,7 +14,7 @@ drawing: the run goes on, and ``logs/trainer.log`` in the run folder keeps every
 The rooms: ``trainer.arguments`` (help, flags refused, overrides composed into a run),
 ``trainer.launch`` (run folder, resume checks, the trainer run with the console),
 ``trainer.outcome`` (the last line and the exit codes), ``trainer.evaluate`` and ``trainer.export``
-(the subcommands). This module only dispatches.
+(the subcommands), ``trainer.plot``, ``trainer.seeds`` (``seed=1,2,3``). This module only dispatches.
 """
 
 from __future__ import annotations
@@ -74,14 +74,25 @@ def _guarded_output() -> Iterator[None]:
 
 def _dispatch(args: list[str]) -> int:
     from trainer.arguments import help_text, overrides_only
+    from trainer.loggers import quote_logger_list
+
+    args = quote_logger_list(args)
 
     if args and args[0] in ("-h", "--help", "help"):
         sys.stdout.write(help_text())
         return 0
     if args and args[0] == "eval":
+        if "video=true" in (a.lower() for a in args[1:]):
+            from trainer.rendering import select_gl
+
+            select_gl()  # before anything imports mujoco: it reads MUJOCO_GL once
         from trainer.evaluate import eval_main
 
         return eval_main(args[1:])
+    if args and args[0] == "plot":
+        from trainer.plot import plot_main
+
+        return plot_main(args[1:])
     if args and args[0] == "export":
         from trainer.export import export_main
 
@@ -97,7 +108,9 @@ def _dispatch(args: list[str]) -> int:
 
             raise TrainerAppError(f"--cfg {what!r} is not supported; use `--cfg job`")
         return _print_config(overrides_only(args[:at] + args[at + 2 :]))
-    return train(overrides_only(args))
+    from trainer.seeds import train_seeds
+
+    return train_seeds(overrides_only(args))
 
 
 def _print_config(overrides: list[str]) -> int:

@@ -2,7 +2,8 @@
 
 Everything here runs after the config is valid (``trainer.arguments.composed``): the checks that
 need the checkpoint (:func:`check_resumable`), the run folder (:func:`open_run_dir`), and the run
-itself with the console, the parent's log and TensorBoard as reporters (:func:`run_with_console`).
+itself with the console, the parent's log and the metric loggers (``logger=``) as reporters
+(:func:`run_with_console`).
 """
 
 from __future__ import annotations
@@ -181,12 +182,16 @@ def _run_logged(
     import signal
 
     from trainer.console import STOP_SIGNALS, ConsoleLogHandler, FanOut, StopRequest
+    from trainer.loggers import open_loggers
     from trainer.run_dir import latest_checkpoint
-    from trainer.tensorboard import TensorBoardReporter
+    from trainer.seeds import seed_group
 
     handler = ConsoleLogHandler(console)
     root = logging.getLogger()
-    tensorboard = TensorBoardReporter(plan.run_dir, resumed_at=resumed_at)
+    config = _saved_config(plan.run_dir)
+    resumed_at_env_steps = None if resumed_at is None else resumed_at * plan.num_envs
+    loggers = FanOut(open_loggers(plan.run_dir, config, resumed_at_env_steps=resumed_at_env_steps,
+                                  group=seed_group(plan.run_dir.name, config)))  # fmt: skip
     extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)
 
     def stop_requested(reason: str) -> None:
@@ -208,7 +213,7 @@ def _run_logged(
             root.addHandler(handler)
             result = trainer_fn(
                 plan,
-                FanOut([console, logged, tensorboard, *([outcome] if outcome is not None else [])]),
+                FanOut([console, logged, loggers, *([outcome] if outcome is not None else [])]),
                 should_stop=stop,
                 boot_view=console,
                 should_abort=lambda: stop.aborted,
@@ -223,7 +228,7 @@ def _run_logged(
             raise
     finally:
         root.removeHandler(handler)
-        tensorboard.close()
+        loggers.close()
     if outcome is not None:
         outcome.ended(plan.run_dir, result, stop.reason, console.failure, aborted)
     if aborted:
@@ -237,6 +242,13 @@ def _run_logged(
     if console.failure is not None:
         return final_line(f"error: {console.failure.line()}", sys.stderr, EXIT_FAILED)
     return final_line(f"done: {summary(result, stop.reason)}; run folder {plan.run_dir}", sys.stdout, 0)
+
+
+def _saved_config(run_dir: Path) -> dict[str, Any]:
+    """The resolved config the run folder holds (``config.yaml``, written before the run starts)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)  # type: ignore[return-value]
 
 
 def select_trainer(asynchronous: bool) -> Callable[..., object]:

@@ -139,6 +139,16 @@ class AlgoConfig:
 
 
 @dataclass
+class WandbConfig:
+    """Where a Weights & Biases run goes (``wandb.*``; used with ``logger=wandb``)."""
+
+    project: str = "fastsac"
+    """W&B project."""
+    entity: str | None = None
+    """W&B user or team; None: the logged-in user's default."""
+
+
+@dataclass
 class RootConfig:
     """The whole run configuration."""
 
@@ -157,3 +167,7 @@ class RootConfig:
     """A run folder or a checkpoint file to continue from."""
     console: str = "auto"
     """auto (rich on a TTY, plain otherwise), rich, or plain."""
+    logger: str = "tensorboard"
+    """Metric loggers: tensorboard, wandb, or tensorboard,wandb (W&B: the optional extra ``wandb``)."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases project and entity."""

@@ -16,6 +16,7 @@ from typing import Any
 from fastsac_async import AsyncConfigError, AsyncOptions
 from topology import AUTO, TopologyError, check_counts
 from trainer.config.exceptions import ConfigError
+from trainer.loggers import LOGGERS, wandb_missing
 
 __all__ = [
     "CHECKPOINT_SIGNALS",
@@ -73,6 +74,8 @@ _RULES: tuple[_Rule, ...] = (
     ("task.max_episode_steps", lambda v: v is None or v >= 1, "use a positive step count or null"),
     ("seed", lambda v: v >= 0, "use a non-negative seed"),
     ("console", lambda v: v in ("auto", "rich", "plain"), "use auto, rich or plain"),
+    ("logger", lambda v: set(v.split(",")) <= set(LOGGERS), "use tensorboard, wandb or tensorboard,wandb"),
+    ("logger", lambda v: not wandb_missing(v), "wandb is not installed: `uv sync --extra wandb`"),
     ("algo.name", lambda v: v == "fastsac", "only fastsac exists"),
     ("algo.trainer.num_learning_iterations", lambda v: v >= 1, "use at least 1 iteration"),
     ("algo.trainer.logging_interval", lambda v: v >= 1, "use a positive number of iterations"),

@@ -19,7 +19,13 @@ from rich.text import Text
 
 __all__ = ["BootBoard", "BootFailure", "BootView", "render_boot"]
 
-_STATE_STYLES = {"waiting": "dim", "booting": "yellow", "ready": "green", "running": "cyan", "failed": "bold red"}
+_STATE_STYLES = {
+    "waiting": "dim",
+    "booting": "yellow",
+    "ready": "green",
+    "running": "cyan",
+    "failed": "bold red",
+}
 _READY = ("ready", "running")
 
 
@@ -27,7 +33,7 @@ class BootView(Protocol):
     """Receives the readiness of workers during boot (implemented by the console)."""
 
     def worker_state(self, name: str, state: str) -> None:
-        """Worker ``name`` (``learner0``, ``collector3``) is now in ``state`` (waiting, booting, ready, running)."""
+        """Worker ``name`` (``learner0``, ``collector3``) is now in ``state`` (``booting``...)."""
         ...
 
     def failed(self, name: str, reason: str, log_path: Path | None) -> None:

@@ -87,7 +87,7 @@ class PlainConsole:
         """Write a worker's new boot state (``waiting``, before any worker is spawned, only counts)."""
         self.board.worker_state(name, state)
         if state != "waiting":
-                self._write(f"boot: {name} {state} ({self.board.ready_count}/{len(self.board.states)} ready)")
+            self._write(f"boot: {name} {state} ({self.board.ready_count}/{len(self.board.states)} ready)")
 
     def failed(self, name: str, reason: str, log_path: Path | None) -> None:
         """Record a boot failure (the CLI prints its line once, on stderr)."""
