@@ -1,0 +1,115 @@
+"""Several seeds in one command, and `trainer plot` drawing them (and single runs) from their event files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from trainer.config.exceptions import TrainerAppError
+from trainer.plot import curves, plot_runs
+from trainer.reporting import Snapshot
+from trainer.seeds import seed_group, seed_runs
+from trainer.tensorboard import TensorBoardReporter
+
+APP_DIR = Path(__file__).resolve().parents[1]
+RETURN = "rollout/mean_return"
+
+
+def test_a_seed_list_becomes_one_run_per_seed_in_sibling_folders() -> None:
+    """``seed=1,2`` gives one command per seed with run_name=<name>_s<seed>; one seed is unchanged."""
+    assert seed_runs(["task=ant", "seed=3"]) == [["task=ant", "seed=3"]]
+    assert seed_runs(["run_name=x", "task=ant", "seed=1,2"]) == [
+        ["task=ant", "seed=1", "run_name=x_s1"],
+        ["task=ant", "seed=2", "run_name=x_s2"],
+    ]
+    unnamed = seed_runs(["task=ant", "seed=[4,5]"])
+    assert [run[-1].rpartition("_")[2] for run in unnamed] == ["s4", "s5"]
+    assert unnamed[0][-1].startswith("run_name=ant-") and seed_group(unnamed[0][-1][9:], {"seed": 4})
+    assert seed_group("x_s1", {"seed": 1}) == "x" and seed_group("x_s1", {"seed": 2}) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["seed=1,x"], r"seed='1,x' is invalid: seeds are non-negative integers"),
+        (["seed=1,1"], r"seed='1,1' is invalid: a seed is listed twice"),
+        (["seed=1,2", "resume=runs/r"], r"seed=1,2 is invalid with resume="),
+    ],
+)
+def test_a_bad_seed_list_is_refused_in_one_line(overrides: list[str], message: str) -> None:
+    """A seed that is not an integer, a repeated seed, or a resume of several seeds is refused."""
+    with pytest.raises(TrainerAppError, match=message):
+        seed_runs(overrides)
+
+
+def _write_run(run_dir: Path, steps: list[int], values: list[float]) -> None:
+    writer = TensorBoardReporter(run_dir)
+    for i, (step, value) in enumerate(zip(steps, values, strict=True)):
+        writer.report(Snapshot(iteration=i, env_steps=step, total_env_steps=steps[-1], elapsed_s=float(i),
+                               scalars={RETURN: value}))  # fmt: skip
+    writer.close()
+
+
+def test_plot_overlays_runs_with_their_event_values(tmp_path: Path) -> None:
+    """Two runs give two labelled curves holding exactly their events' steps and values; the PNG decodes."""
+    _write_run(tmp_path / "a", [8, 16, 24], [1.0, 2.0, 4.0])
+    _write_run(tmp_path / "b", [32, 64], [5.0, 3.0])
+    drawn = curves([tmp_path / "a", tmp_path / "b"], RETURN, "env_steps")
+    assert [c.label for c in drawn] == ["a", "b"]
+    assert drawn[0].x.tolist() == [8, 16, 24] and drawn[0].mean.tolist() == [1.0, 2.0, 4.0]
+    assert drawn[1].x.tolist() == [32, 64] and not drawn[1].std.any()
+    wall = curves([tmp_path / "a"], RETURN, "wall_s")[0].x
+    assert wall[0] == 0.0 and np.all(np.diff(wall) >= 0)
+    assert curves([tmp_path / "a"], "eval/return", "env_steps") == []
+    image = iio.imread(plot_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "p.png"))
+    assert image.shape[:2] == (400, 1200), "one row (no eval/return), two axes"
+    assert image.std() > 0
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainerAppError, match="has no rollout/mean_return yet"):
+        plot_runs([tmp_path / "empty"], tmp_path / "q.png")
+
+
+def _events(run_dir: Path) -> tuple[list[int], list[float]]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    points = events.Scalars(RETURN)
+    return [p.step for p in points], [p.value for p in points]
+
+
+@pytest.mark.slow
+def test_seed_list_trains_sibling_runs_then_plot_shows_their_mean_and_spread(tmp_path: Path) -> None:
+    """``trainer seed=1,2`` on CPU makes two runs; ``trainer plot`` over them draws their mean and std."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    tiny = ["task=pendulum", "task.num_envs=2", "algo.trainer.asynchronous=false",
+            "algo.trainer.time_limit_s=2", "algo.trainer.num_learning_iterations=100000",
+            "algo.trainer.logging_interval=2", "algo.agent.learning_starts=2", "algo.agent.batch_size=32",
+            "algo.agent.num_updates=1"]  # fmt: skip
+    command = [sys.executable, str(APP_DIR), *tiny, "seed=1,2", "run_name=p", "console=plain"]
+    run = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "seed 1/2: seed=1 -> p_s1" in run.stdout and "seed 2/2: seed=2 -> p_s2" in run.stdout
+    runs = [tmp_path / "runs" / "p_s1", tmp_path / "runs" / "p_s2"]
+    assert all((r / "checkpoints").is_dir() for r in runs)
+    assert "seed: 2" in (runs[1] / "config.yaml").read_text()
+    plot_command = [sys.executable, str(APP_DIR), "plot", *map(str, runs), "out=p.png"]
+    plot = subprocess.run(
+        plot_command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert plot.returncode == 0, plot.stdout + plot.stderr
+    assert iio.imread(tmp_path / "p.png").shape[:2] == (400, 1200)
+    (curve,) = curves(runs, RETURN, "env_steps")
+    assert curve.label == "p (2 seeds)"
+    (s1, v1), (s2, v2) = _events(runs[0]), _events(runs[1])
+    # The curve spans the env steps both seeds reached; at its ends it is the seeds' mean and std there.
+    assert curve.x[0] == max(s1[0], s2[0]) and curve.x[-1] == min(s1[-1], s2[-1])
+    last = [v1[s1.index(int(curve.x[-1]))], v2[s2.index(int(curve.x[-1]))]]
+    assert curve.mean[-1] == pytest.approx(np.mean(last)) and curve.std[-1] == pytest.approx(np.std(last))
