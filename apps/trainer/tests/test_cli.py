@@ -94,7 +94,8 @@ def test_sync_run_then_resume_continues_the_iteration_counter(tmp_path: Path) ->
     events = EventAccumulator(str(run_dir))
     events.Reload()
     steps = [e.step for e in events.Scalars("perf/env_steps_per_s")]
-    assert steps == [2, 4, 6]
+    assert steps == [2 * 2, 4 * 2, 6 * 2], "x axis: env steps (2 envs), no point doubled back"
+    assert [e.value for e in events.Scalars("progress/iteration")] == [2, 4, 6]
 
 
 @pytest.mark.slow

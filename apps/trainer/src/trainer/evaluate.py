@@ -25,7 +25,7 @@ from trainer.config.exceptions import TrainerAppError
 from trainer.run_dir import CONFIG_FILE, resolve_resume
 from trainer.tasks import TaskError, env_factory_for, get_task
 
-__all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "parse_int", "parse_kv"]
+__all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "parse_int", "parse_kv", "wants_video"]
 
 _MAX_PARALLEL_ENVS = 32
 
@@ -150,7 +150,7 @@ def evaluate(policy: InferencePolicy, factory: EnvFactory, episodes: int, seed: 
 
 
 def eval_main(args: list[str]) -> int:
-    """``trainer eval checkpoint=PATH [episodes=N] [seed=S] [task=NAME] [device=cpu]``."""
+    """``trainer eval checkpoint=PATH [episodes=N] [seed=S] [task=NAME] [device=cpu] [video=true]``."""
     options = parse_kv(
         args,
         {
@@ -159,6 +159,9 @@ def eval_main(args: list[str]) -> int:
             "seed": "env seed, default 0",
             "task": "task whose env to use, default the run's",
             "device": "cpu or cuda[:N], default cpu",
+            "video": "true: also write an MP4 of one episode",
+            "video_out": "the MP4 file, default <run>/videos/<checkpoint>.mp4",
+            "video_steps": "most steps in the video, default 1000",
         },
         "eval",
     )
@@ -175,4 +178,26 @@ def eval_main(args: list[str]) -> int:
         f"(std {np.std(result.returns):.2f}, min {min(result.returns):.2f}, max {max(result.returns):.2f}) "
         f"over {episodes} episodes, mean length {np.mean(result.lengths):.1f}\n"
     )
+    if wants_video(options):
+        from trainer.video import record_video
+
+        default_out = checkpoint.parent.parent / "videos" / f"{checkpoint.stem}.mp4"
+        video = record_video(
+            policy, factory.env_id, Path(options.get("video_out", default_out)), seed=seed,
+            max_steps=parse_int("video_steps", options.get("video_steps", "1000"), 1),
+            max_episode_steps=factory.max_episode_steps,
+        )  # fmt: skip
+        sys.stdout.write(f"video: {video.path} ({video.frames} frames, {video.fps} fps)\n")
     return 0
+
+
+def wants_video(options: dict[str, str]) -> bool:
+    """Whether ``video=`` asks for a video (``true``/``false``).
+
+    Raises:
+        TrainerAppError: ``video`` is neither.
+    """
+    value = options.get("video", "false").lower()
+    if value not in ("true", "false"):
+        raise TrainerAppError(f"video={options['video']!r} is invalid: use video=true or video=false")
+    return value == "true"
