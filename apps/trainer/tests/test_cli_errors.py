@@ -227,7 +227,7 @@ def test_a_new_run_never_writes_into_another_runs_folder(
         (
             ["--multirun", "seed=1,2"],
             "error: --multirun is not supported: the trainer runs one configuration per command; "
-            "start one command per setting, e.g. `for s in 1 2; do trainer seed=$s; done`",
+            "for seeds use seed=1,2,3, else start one command per setting",
         ),
         (["-m"], "error: -m is not supported: the trainer runs one configuration per command"),
         (
