@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,7 +60,7 @@ def record_video(
     from trainer.tasks._quiet import quiet_mujoco_compiler
 
     with quiet_mujoco_compiler():
-        env = gym.make(env_id, render_mode="rgb_array", width=width, height=height,
+        env: Any = gym.make(env_id, render_mode="rgb_array", width=width, height=height,
                        max_episode_steps=max_episode_steps)  # fmt: skip
     try:
         obs, _ = env.reset(seed=seed)
