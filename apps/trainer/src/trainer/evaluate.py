@@ -183,9 +183,8 @@ def eval_main(args: list[str]) -> int:
 
         default_out = checkpoint.parent.parent / "videos" / f"{checkpoint.stem}.mp4"
         video = record_video(
-            policy, factory.env_id, Path(options.get("video_out", default_out)), seed=seed,
+            policy, factory, Path(options.get("video_out", default_out)), seed=seed,
             max_steps=parse_int("video_steps", options.get("video_steps", "1000"), 1),
-            max_episode_steps=factory.max_episode_steps,
         )  # fmt: skip
         sys.stdout.write(f"video: {video.path} ({video.frames} frames, {video.fps} fps)\n")
     return 0

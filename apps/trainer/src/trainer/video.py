@@ -33,35 +33,45 @@ class VideoInfo:
 
 def record_video(
     policy: InferencePolicy,
-    env_id: str,
+    factory: object,
     out: Path,
     *,
     seed: int,
     max_steps: int,
-    max_episode_steps: int | None = None,
     width: int = 480,
     height: int = 480,
 ) -> VideoInfo:
-    """Render one episode of ``policy`` on ``env_id`` into the MP4 ``out``.
+    """Render one episode of ``policy`` on the env of ``factory`` into the MP4 ``out``.
 
     Args:
         policy: The deterministic policy.
-        env_id: gymnasium id of a MuJoCo env (``Humanoid-v5``).
+        factory: The run's env factory: a :class:`~trainer.tasks.MujocoEnvFactory` (its gymnasium
+            id, kwargs, time limit and import).
         out: The MP4 file to write (its folder is created).
         seed: Reset seed of the episode.
         max_steps: Most steps recorded.
-        max_episode_steps: The env's time limit (None: its own).
         width: Frame width in pixels (a multiple of 16 keeps H.264 from resizing).
         height: Frame height in pixels.
+
+    Raises:
+        TrainerAppError: The env is not a gymnasium env this can render (a user's ``env_factory``).
     """
     import gymnasium as gym
     import imageio.v3 as iio
 
+    from trainer.config.exceptions import TrainerAppError
+    from trainer.tasks import MujocoEnvFactory, import_env_module
     from trainer.tasks._quiet import quiet_mujoco_compiler
 
+    if not isinstance(factory, MujocoEnvFactory):
+        raise TrainerAppError(
+            f"video=true is invalid for this run: its env comes from {type(factory).__name__}, not a "
+            "gymnasium id; record videos of gymnasium tasks (task.env_id), or render your env yourself"
+        )
+    import_env_module(factory.env_import)
     with quiet_mujoco_compiler():
-        env: Any = gym.make(env_id, render_mode="rgb_array", width=width, height=height,
-                       max_episode_steps=max_episode_steps)  # fmt: skip
+        env: Any = gym.make(factory.env_id, render_mode="rgb_array", width=width, height=height,
+                            max_episode_steps=factory.max_episode_steps, **factory.env_kwargs)  # fmt: skip
     try:
         obs, _ = env.reset(seed=seed)
         frames = [env.render()]
