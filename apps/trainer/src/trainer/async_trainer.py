@@ -144,6 +144,7 @@ def run_async(
         run_dir=plan.run_dir,
         resume_from=plan.resume_from,
         time_limit_s=plan.time_limit_s,
+        hosts=plan.hosts,
     )
     per_collector = topology.num_envs_per_collector
 

@@ -29,6 +29,7 @@ from trainer.outcome import EXIT_ABORTED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from trainer.api import RunOutcome
+    from trainer.cluster import Cluster
 
 __all__ = ["main", "train"]
 
@@ -124,7 +125,20 @@ def _print_config(overrides: list[str]) -> int:
 
 
 def train(overrides: list[str], outcome: RunOutcome | None = None) -> int:
-    """One training run from command-line overrides; returns the exit code (``outcome`` gets the rest)."""
+    """One training run from command-line overrides; returns the exit code (``outcome`` gets the rest).
+
+    Under torchrun on several hosts, this host's part of one run (``trainer.cluster``).
+    """
+    from trainer.cluster import join_cluster
+
+    with join_cluster() as cluster:
+        return _train(overrides, outcome, cluster)
+
+
+def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None) -> int:
+    import dataclasses
+    import functools
+
     from omegaconf import OmegaConf
 
     from trainer.arguments import OVERRIDES_FILE, composed
@@ -144,11 +158,22 @@ def train(overrides: list[str], outcome: RunOutcome | None = None) -> int:
         return 0
     topology = resolve_placement(run, cuda_count) if run.asynchronous else None
     placement = describe_placement(run, topology)
+    if cluster is not None:  # every host agrees before anything starts
+        placement = f"{placement}\n{cluster.agree(run, topology, resumed_at)}"
     trainer_fn = select_trainer(run.asynchronous)
     cfg = run.config
-    run_dir = open_run_dir(run, resume_from, previous_run, OmegaConf.to_yaml(cfg))
+    config_yaml = OmegaConf.to_yaml(cfg)
+    if cluster is None:
+        run_dir = open_run_dir(run, resume_from, previous_run, config_yaml)
+    else:
+        make = functools.partial(open_run_dir, run, resume_from, previous_run, config_yaml)
+        run_dir = cluster.run_folder(make, config_yaml, resuming=resume_from is not None)
     (run_dir / OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
     plan = run.plan(run_dir, resume_from, topology)
+    if cluster is not None:
+        plan = dataclasses.replace(plan, hosts=cluster.group)
+        cluster.start_watch()
+        trainer_fn = cluster.guard(trainer_fn)
     out = sys.stdout
     for note in run.notes:
         out.write(f"{note}\n")

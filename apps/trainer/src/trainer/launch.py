@@ -181,6 +181,7 @@ def _run_logged(
     """Run the trainer with ``console`` and the parent log ``logged``; the run's exit code."""
     import signal
 
+    from trainer.cluster import HostLostError
     from trainer.console import STOP_SIGNALS, ConsoleLogHandler, FanOut, StopRequest
     from trainer.loggers import open_loggers
     from trainer.run_dir import latest_checkpoint
@@ -190,8 +191,10 @@ def _run_logged(
     root = logging.getLogger()
     config = _saved_config(plan.run_dir)
     resumed_at_env_steps = None if resumed_at is None else resumed_at * plan.num_envs
+    # Across hosts, host 0 alone writes the run's events (the others keep their logs).
+    primary = plan.hosts is None or plan.hosts.primary
     loggers = FanOut(open_loggers(plan.run_dir, config, resumed_at_env_steps=resumed_at_env_steps,
-                                  group=seed_group(plan.run_dir.name, config)))  # fmt: skip
+                                  group=seed_group(plan.run_dir.name, config)) if primary else [])  # fmt: skip
     extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)
 
     def stop_requested(reason: str) -> None:
@@ -208,6 +211,7 @@ def _run_logged(
     )
     result: object = None
     aborted = False  # the trainer did not return: stopped at once (a trainer that returned is done)
+    lost: HostLostError | None = None
     try:
         with console, stop:
             root.addHandler(handler)
@@ -219,7 +223,9 @@ def _run_logged(
                 should_abort=lambda: stop.aborted,
             )
     except BaseException as error:
-        if stop.aborted:
+        if isinstance(error, HostLostError):  # another host is gone: the line names it
+            lost = error
+        elif stop.aborted:
             aborted = True
             _log.debug("stopped at once", exc_info=error)
         elif isinstance(error, Exception) and console.failure is not None:
@@ -229,8 +235,9 @@ def _run_logged(
     finally:
         root.removeHandler(handler)
         loggers.close()
+    failure = lost if lost is not None else console.failure
     if outcome is not None:
-        outcome.ended(plan.run_dir, result, stop.reason, console.failure, aborted)
+        outcome.ended(plan.run_dir, result, stop.reason, failure, aborted)
     if aborted:
         latest = latest_checkpoint(plan.run_dir)
         return final_line(
@@ -239,8 +246,8 @@ def _run_logged(
             sys.stderr,
             128 + (stop.abort_signal or signal.SIGINT),
         )
-    if console.failure is not None:
-        return final_line(f"error: {console.failure.line()}", sys.stderr, EXIT_FAILED)
+    if failure is not None:
+        return final_line(f"error: {failure.line()}", sys.stderr, EXIT_FAILED)
     return final_line(f"done: {summary(result, stop.reason)}; run folder {plan.run_dir}", sys.stdout, 0)
 
 

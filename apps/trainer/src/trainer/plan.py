@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastsac_async.config import AsyncOptions
+from fastsac_async.hosts import HostGroup
 from fastsac_core.config import FastSACConfig
 from fastsac_core.env import EnvDims, EnvFactory
 from topology import TrainerTopology
@@ -58,6 +59,8 @@ class RunPlan:
     topology: TrainerTopology | None = None
     """Placement of the asynchronous trainer, resolved once before anything spawns (None: resolve
     on demand; the synchronous trainer ignores it)."""
+    hosts: HostGroup | None = None
+    """This host's place in a run across hosts launched by torchrun (None: the run is this host)."""
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

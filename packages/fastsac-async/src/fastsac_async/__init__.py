@@ -20,6 +20,7 @@ from fastsac_async.exceptions import (
     RunAborted,
     WorkerFailed,
 )
+from fastsac_async.hosts import HostGroup
 from fastsac_async.ingest import Ingestor, RingReader
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.spec import EngineSpec
@@ -41,6 +42,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "StopReason",
     "EngineSpec",
     "EngineStats",
+    "HostGroup",
     "run_engine",
     # workers
     "Collector",

@@ -9,6 +9,7 @@ import torch
 
 from fastsac_async.config import AsyncOptions
 from fastsac_async.exceptions import AsyncConfigError
+from fastsac_async.hosts import HostGroup
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig
 from shm_transport import FieldSpec, HostRingHandle, RingCursorsHandle, RingLayout, transition_layout
 from topology import LearnerPlacement, TrainerTopology
@@ -58,6 +59,9 @@ class EngineSpec:
     (torch.distributed's timeout: a rank left waiting longer fails the run)."""
     shutdown_timeout_s: float = 30.0
     """Budget of the graceful part of the shutdown (then stack dumps and SIGKILL for what is left)."""
+    hosts: HostGroup | None = None
+    """This host's place in a run across hosts (None: the run is this host; Note [learners across
+    hosts] in ``fastsac_async.hosts``)."""
     learner_threads: int | None = None
     """torch intra-op threads of a learner process; None: 1 for a CUDA learner (more only add host
     overhead to a launch-bound update: wiki/benchmarks.md, Learner), else its pinned CPUs (2 unpinned)."""

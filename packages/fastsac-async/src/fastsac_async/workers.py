@@ -24,6 +24,14 @@ from fastsac_async.collective import Collective, SoloCollective, TorchCollective
 from fastsac_async.collector import Collector, CollectorSettings
 from fastsac_async.control import Control
 from fastsac_async.decider import TrainDecider
+from fastsac_async.hosts import (
+    actor_digest,
+    collector_seed,
+    init_host_group,
+    learner_rank,
+    learner_seed,
+    learner_world,
+)
 from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.profiling import profile_iterations, run_learner_loop
 from fastsac_async.spec import (
@@ -132,13 +140,13 @@ def run_collector(
         boot = BootTimeline(name)
         place = spec.topology.collectors[index]
         _bind(place.cpus, place.numa_node)
-        _seed(spec.seed + index)
+        _seed(collector_seed(spec, index))
         # On exit, in reverse: ring, weights, channel, env; a failure is marked before any of it.
         with (
             contextlib.ExitStack() as cleanup,
             _reporting_failure(control, control.collector_slot(index), run_dir, name),
         ):
-            env = spec.env_factory(place.env_stop - place.env_start, spec.seed + index)
+            env = spec.env_factory(place.env_stop - place.env_start, collector_seed(spec, index))
             cleanup.callback(env.close)
             boot.mark(f"env shard of {env.num_envs} envs built")
             # Build and warm up (compile) the policy while the learner builds its agent: it needs only
@@ -209,20 +217,22 @@ def _warmed_up_policy(spec: EngineSpec, index: int, num_envs: int, boot: BootTim
 
 
 def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Collective:
-    if spec.num_learners == 1:
+    if learner_world(spec) == 1:
         return SoloCollective()
     import torch.distributed as dist
 
     backend = "nccl" if device.type == "cuda" else "gloo"
-    rendezvous = rendezvous_file(spec.run_dir)
-    dist.init_process_group(
-        backend,
-        init_method=f"file://{rendezvous}",
-        rank=rank,
-        world_size=spec.num_learners,
-        timeout=datetime.timedelta(seconds=spec.rendezvous_timeout_s),
-        device_id=device if device.type == "cuda" else None,
-    )
+    if spec.hosts is not None:  # Note [learners across hosts]
+        init_host_group(spec, rank, backend, device if device.type == "cuda" else None)
+    else:
+        dist.init_process_group(
+            backend,
+            init_method=f"file://{rendezvous_file(spec.run_dir)}",
+            rank=rank,
+            world_size=spec.num_learners,
+            timeout=datetime.timedelta(seconds=spec.rendezvous_timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
     place = spec.topology.learners[rank]
     # NCCL init may reset the affinity: check it again.
     if place.cpus is not None and os.sched_getaffinity(0) != set(place.cpus):
@@ -269,26 +279,26 @@ def run_learner(
         boot = BootTimeline(name)
         place = spec.topology.learners[rank]
         _bind(place.cpus, place.numa_node)
-        _seed(spec.seed + 1000 + rank)
+        _seed(learner_seed(spec, rank))
         device = torch.device(place.device)
         if device.type == "cuda":
             torch.cuda.set_device(device)
         collective = _init_process_group(spec, rank, device)
-        boot.mark(f"on {device}, {spec.num_learners} learner(s) in the group")
+        boot.mark(f"on {device}, rank {learner_rank(spec, rank)} of {learner_world(spec)} learner(s)")
         own = spec.topology.collectors_of(rank)
         agent = FastSACAgent(
             spec.dims,
             spec.agent,
             device,
             num_envs=sum(c.env_stop - c.env_start for c in own),
-            world_size=spec.num_learners,
+            world_size=learner_world(spec),
             env_blocks=[c.env_stop - c.env_start for c in own] if spec.options.ingest == "ragged" else None,
         )
         start_gstep = start_updates = 0
         if spec.resume_from is not None:
             # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
             # indices and noise on every rank. The others keep their own seeds.
-            extra = load_checkpoint(spec.resume_from, agent, restore_rng=rank == 0)
+            extra = load_checkpoint(spec.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
             start_gstep = int(extra.get("iteration", 0))
             start_updates = int(extra.get("updates", 0))
         boot.mark(
@@ -301,7 +311,7 @@ def run_learner(
             _reporting_failure(control, control.learner_slot(rank), run_dir, name),
         ):
             # Runs last on the way out (first registered): the group outlives the rings' teardown.
-            if spec.num_learners > 1:
+            if learner_world(spec) > 1:
                 cleanup.callback(_destroy_process_group)
             ring_closers: list[Callable[[float], None]] = []
             channels: list[WeightChannel] = []
@@ -381,7 +391,10 @@ def run_learner(
                     stop_requested=lambda: control.stop_requested,
                     on_progress=lambda g, u: control.set_progress(global_step=g, updates=u),
                     on_snapshot=lambda snap: _send(stats_queue, snap),
-                    checkpoint_path=lambda g: checkpoint_file(spec.run_dir, g),
+                    # Only the run's rank 0 writes checkpoints (another host's local rank 0 does not).
+                    checkpoint_path=(lambda g: checkpoint_file(spec.run_dir, g))
+                    if learner_rank(spec, rank) == 0
+                    else None,
                     checkpoint_extra=lambda g: {"collector_steps": control.all_collector_steps()},
                 ),
                 process_group=None,
@@ -403,7 +416,10 @@ def run_learner(
             if final is not None:
                 control.set_final_checkpoint(learner.gstep)  # before done: the parent reads it then
             offer(stats_queue, learner.snapshot())
-            _log.info("%s done at gstep %d after %d updates", name, learner.gstep, learner.updates)
+            _log.info(
+                "%s done at gstep %d after %d updates (actor %s)",
+                name, learner.gstep, learner.updates, actor_digest(agent.flatten_actor_params()),
+            )  # fmt: skip
             control.mark_learner_done(rank)
             deadline = time.monotonic() + spec.shutdown_timeout_s
             while not control.learners_released and time.monotonic() < deadline:
