@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from torch._C._distributed_c10d import Store
+    from torch.distributed import Store  # type: ignore[attr-defined]
 
     from fastsac_async.spec import EngineSpec
 
@@ -99,7 +99,7 @@ def open_store(hosts: HostGroup, timeout_s: float, *, serve: bool = False, suffi
     Raises:
         RuntimeError: The store cannot be reached within ``timeout_s`` (torch's error).
     """
-    from torch._C._distributed_c10d import PrefixStore, TCPStore
+    from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]
 
     store = TCPStore(
         hosts.store_host,

@@ -1,0 +1,230 @@
+"""Learners across hosts: two "hosts" on one machine over 127.0.0.1, each a real torchrun invocation.
+
+Each host runs one CPU (gloo) learner and two collectors on the tiny pendulum task. Processes are
+found through /proc (a torchrun worker runs in its own session, so the conftest guard, which sees
+only descendants, could miss what it leaves): every one of a host's processes must be gone at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+APP_MAIN = Path(__file__).resolve().parents[1] / "apps" / "trainer" / "__main__.py"
+TINY = [
+    "task=pendulum",
+    "task.num_envs=2",
+    "algo.trainer.logging_interval=2",
+    "algo.trainer.save_interval=100000",
+    "algo.agent.learning_starts=2",
+    "algo.agent.batch_size=32",
+    "algo.agent.num_updates=1",
+    "algo.trainer.device=cpu",
+    "algo.trainer.asynchronous=true",
+    "algo.trainer.async_options.num_collectors=2",
+    "console=plain",
+    "runs_root=runs",
+]
+_DONE = re.compile(r"learner0 done at gstep (\d+) after (\d+) updates \(actor (\w+)\)")
+_BOUND_S = 30.0
+"""The issue's bound: a lost host stops the others within this."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _descendants(pid: int) -> set[int]:
+    """``pid`` and its live descendants (zombies excluded), read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] not in ("Z", "X"):
+                parents[int(entry.name)] = int(fields[1])
+    tree, frontier = {pid}, {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - tree
+        tree |= frontier
+    return {p for p in tree if p in parents}
+
+
+class _Host:
+    """One host's ``torchrun --nnodes N --node-rank R ... apps/trainer/__main__.py`` (output to files)."""
+
+    def __init__(self, cwd: Path, rank: int, nnodes: int, port: int, args: Sequence[str]) -> None:
+        self.out_path, self.err_path = cwd / f"host{rank}.out", cwd / f"host{rank}.err"
+        command = [
+            sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", "--nproc-per-node=1",
+            f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}", "--monitor-interval=0.5",
+            str(APP_MAIN), *args,
+        ]  # fmt: skip
+        with self.out_path.open("w") as out, self.err_path.open("w") as err:
+            self.proc = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                         stdout=out, stderr=err)  # fmt: skip
+        self.seen: set[int] = set()
+
+    def text(self) -> str:
+        """What it printed so far, stdout then stderr."""
+        return self.out_path.read_text(errors="replace") + self.err_path.read_text(errors="replace")
+
+    def note_processes(self) -> None:
+        """Remember every process of this host now (torchrun, the trainer, its workers, its janitor)."""
+        self.seen |= _descendants(self.proc.pid)
+
+    def wait_for(self, pattern: str, timeout_s: float) -> None:
+        """Wait (bounded) until its output holds ``pattern``."""
+        deadline = time.monotonic() + timeout_s
+        while pattern not in self.text():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                pytest.fail(f"no {pattern!r} within {timeout_s} s (exit {self.proc.poll()}):\n{self.text()}")
+            self.note_processes()
+            time.sleep(0.2)
+        self.note_processes()
+
+    def finish(self, timeout_s: float) -> int:
+        """Wait (bounded) for torchrun's exit; its code."""
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"host did not exit within {timeout_s} s:\n{self.text()}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole host: torchrun and the trainer's process group (its own session)."""
+        self.note_processes()
+        for pid in _descendants(self.proc.pid) - {self.proc.pid}:
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.kill()
+
+    def close(self) -> None:
+        """Kill whatever of it still runs (a failed test), and reap torchrun."""
+        if self.proc.poll() is None:
+            self.kill()
+        self.proc.wait(timeout=30)
+
+
+def _assert_gone(hosts: Sequence[_Host], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    left: set[int] = set()
+    while time.monotonic() < deadline:
+        left = {p for h in hosts for p in h.seen if _descendants(p)}  # alive: not gone, no zombie
+        if not left:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"processes left: {sorted(left)}")
+
+
+def _run_folder(cwd: Path) -> Path:
+    folders = [p for p in (cwd / "runs").iterdir() if p.is_dir()]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def _done_line(log: Path) -> tuple[int, int, str]:
+    found = _DONE.search(log.read_text())
+    assert found, log.read_text()
+    return int(found.group(1)), int(found.group(2)), found.group(3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_hosts_train_as_one_run_with_identical_learners(tmp_path: Path) -> None:
+    """Two torchrun hosts: both advance, run the same updates, end with the same actor; one run folder."""
+    port = _free_port()
+    args = [*TINY, "algo.trainer.num_learning_iterations=30"]
+    hosts = [_Host(tmp_path, r, 2, port, args) for r in (0, 1)]
+    try:
+        for host in hosts:
+            host.wait_for("] it ", 300.0)
+        codes = [host.finish(240.0) for host in hosts]
+        assert codes == [0, 0], [h.text() for h in hosts]
+    finally:
+        for host in hosts:
+            host.close()
+    run = _run_folder(tmp_path)
+    primary, other = _done_line(run / "logs" / "learner0.log"), _done_line(run / "host1" / "logs" / "learner0.log")
+    assert primary == other and primary[0] == 30 and primary[1] > 0, (primary, other)
+    assert "run across 2 hosts" in hosts[1].text() and "learner rank 1 on cpu" in hosts[0].text()
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000030.pt"]
+    assert not list((run / "host1" / "checkpoints").iterdir()) and not list((run / "host1").glob("events.*"))
+    assert list(run.glob("events.*"))
+    _assert_gone(hosts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path) -> None:
+    """SIGKILL host 1 mid-run: host 0 stops within the bound, names host 1, and nothing is left."""
+    port = _free_port()
+    args = [*TINY, "algo.trainer.num_learning_iterations=1000000"]
+    hosts = [_Host(tmp_path, r, 2, port, args) for r in (0, 1)]
+    try:
+        for host in hosts:
+            host.wait_for("] it ", 300.0)
+        time.sleep(1.0)
+        hosts[1].kill()
+        killed_at = time.monotonic()
+        code = hosts[0].finish(_BOUND_S + 30.0)
+        stopped_s = time.monotonic() - killed_at
+    finally:
+        for host in hosts:
+            host.close()
+    assert code != 0
+    assert "host 1 lost" in hosts[0].text(), hosts[0].text()
+    assert stopped_s < _BOUND_S, stopped_s
+    run = _run_folder(tmp_path)
+    assert "host 1 lost" in (run / "logs" / "trainer.log").read_text()
+    _assert_gone(hosts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_one_host_under_torchrun_is_a_plain_run(tmp_path: Path) -> None:
+    """torchrun --nnodes 1: the trainer runs as without torchrun (no store, no host folders)."""
+    host = _Host(tmp_path, 0, 1, _free_port(), [*TINY, "algo.trainer.num_learning_iterations=12"])
+    try:
+        assert host.finish(300.0) == 0, host.text()
+    finally:
+        host.close()
+    run = _run_folder(tmp_path)
+    assert "run across" not in host.text()
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000012.pt"]
+    assert not list(run.glob("host*"))
+    _assert_gone([host])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_hosts_that_disagree_stop_before_anything_starts(tmp_path: Path) -> None:
+    """Hosts with different env counts: every host stops with one line naming the setting and both values."""
+    port = _free_port()
+    hosts = [_Host(tmp_path, r, 2, port, [*TINY, f"task.num_envs={2 * (r + 1)}"]) for r in (0, 1)]
+    try:
+        codes = [host.finish(300.0) for host in hosts]
+    finally:
+        for host in hosts:
+            host.close()
+    line = "error: hosts disagree on task.num_envs: host 0 (%s) has 2, host 1 (%s) has 4" % (
+        (socket.gethostname(),) * 2
+    )
+    for code, host in zip(codes, hosts, strict=True):
+        assert code != 0 and line in host.text(), host.text()
+        assert "spawned" not in host.text()
