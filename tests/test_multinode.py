@@ -70,8 +70,8 @@ class _Host:
         self.out_path, self.err_path = cwd / f"host{rank}.out", cwd / f"host{rank}.err"
         command = [
             sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", "--nproc-per-node=1",
-            f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}", "--monitor-interval=0.5",
-            str(APP_MAIN), *args,
+            f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
+            "--monitor-interval=0.5", str(APP_MAIN), *args,
         ]  # fmt: skip
         with self.out_path.open("w") as out, self.err_path.open("w") as err:
             self.proc = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, OMP_NUM_THREADS="1"),
@@ -160,7 +160,10 @@ def test_two_hosts_train_as_one_run_with_identical_learners(tmp_path: Path) -> N
         for host in hosts:
             host.close()
     run = _run_folder(tmp_path)
-    primary, other = _done_line(run / "logs" / "learner0.log"), _done_line(run / "host1" / "logs" / "learner0.log")
+    primary, other = (
+        _done_line(run / "logs" / "learner0.log"),
+        _done_line(run / "host1" / "logs" / "learner0.log"),
+    )
     assert primary == other and primary[0] == 30 and primary[1] > 0, (primary, other)
     assert "run across 2 hosts" in hosts[1].text() and "learner rank 1 on cpu" in hosts[0].text()
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000030.pt"]
@@ -198,7 +201,7 @@ def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path) -> None
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_one_host_under_torchrun_is_a_plain_run(tmp_path: Path) -> None:
-    """torchrun --nnodes 1: the trainer runs as without torchrun (no store, no host folders)."""
+    """Torchrun --nnodes 1: the trainer runs as without torchrun (no store, no host folders)."""
     host = _Host(tmp_path, 0, 1, _free_port(), [*TINY, "algo.trainer.num_learning_iterations=12"])
     try:
         assert host.finish(300.0) == 0, host.text()

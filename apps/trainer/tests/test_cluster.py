@@ -1,0 +1,167 @@
+"""The hosts of one run: torchrun's context, the agreement before start, the heartbeat watch."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from fastsac_async.hosts import HostGroup, open_store
+from trainer.cluster.agree import HostRecord, check_agreement, render_hosts
+from trainer.cluster.launch import launch_context
+from trainer.cluster.watch import HostWatch
+from trainer.config.exceptions import TrainerAppError
+
+TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "job7",
+    "GROUP_RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_WORLD_SIZE": "1",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29400",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "TORCHELASTIC_RESTART_COUNT": "0",
+}
+
+
+def test_no_torchrun_means_no_launch_context() -> None:
+    """Without torchrun's variables there is no context (nothing changes)."""
+    assert launch_context({"WORLD_SIZE": "2", "RANK": "1"}) is None
+
+
+def test_the_launch_context_reads_torchruns_environment() -> None:
+    """Host rank, host count and the agent's store come from torchrun's variables."""
+    launch = launch_context(TORCHRUN)
+    assert launch is not None and (launch.host_rank, launch.num_hosts) == (1, 2)
+    group = launch.host_group()
+    assert (group.store_host, group.store_port, group.serve_store, group.primary) == (
+        "10.0.0.1",
+        29400,
+        False,
+        False,
+    )
+    assert group.store_prefix == "fastsac/job7/0/"
+    own = launch_context({**TORCHRUN, "GROUP_RANK": "0", "TORCHELASTIC_USE_AGENT_STORE": "False"})
+    assert own is not None and own.host_group().serve_store  # host 0 serves the store itself
+
+
+def test_more_than_one_trainer_per_host_is_one_line() -> None:
+    """Torchrun --nproc-per-node 2 is refused: the trainer starts its own learners."""
+    with pytest.raises(TrainerAppError, match=r"--nproc-per-node=2 is invalid.*--nproc-per-node 1"):
+        launch_context({**TORCHRUN, "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"})
+
+
+def _record(host: int, **settings: object) -> HostRecord:
+    base: dict[str, object] = {
+        "task": "humanoid",
+        "task.num_envs": 1024,
+        "algo.trainer.asynchronous": True,
+        "learners per host": 2,
+        "algo.agent.actor_hidden_dim": 512,
+        "algo.agent.batch_size": 8192,
+    }
+    return HostRecord(host=host, hostname=f"node{host}", settings={**base, **settings},
+                      learner_devices=["cuda:0", "cuda:1"], collectors=8)  # fmt: skip
+
+
+def test_agreeing_hosts_pass_and_render_the_whole_run() -> None:
+    """Hosts with one run's settings agree; the plan shows every host's global learner ranks."""
+    records = [_record(0), _record(1)]
+    check_agreement(records)
+    text = render_hosts(records, 1, "node0:29400")
+    assert "run across 2 hosts" in text and "this is host 1" in text
+    assert "host 1 (node1): learner rank 2 on cuda:0, 3 on cuda:1; 8 collectors, 1024 envs" in text
+    assert "4 learners, 2048 envs, batch 8192 (2048 per learner)" in text
+
+
+@pytest.mark.parametrize(
+    ("other", "message"),
+    [
+        ({"task": "ant"}, "hosts disagree on task: host 0 (node0) has 'humanoid', host 1 (node1) has 'ant'"),
+        (
+            {"task.num_envs": 512},
+            "hosts disagree on task.num_envs: host 0 (node0) has 1024, host 1 (node1) has 512",
+        ),
+        ({"algo.agent.actor_hidden_dim": 256}, "hosts disagree on algo.agent.actor_hidden_dim"),
+    ],
+)
+def test_hosts_that_disagree_get_one_line_naming_the_host_and_values(
+    other: dict[str, object], message: str
+) -> None:
+    """A setting that differs between hosts is one line with the setting, both hosts and both values."""
+    with pytest.raises(TrainerAppError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        check_agreement([_record(0), _record(1, **other)])
+
+
+def test_a_batch_that_does_not_divide_across_all_learners_is_one_line() -> None:
+    """The batch must divide across every learner of every host, not only one host's."""
+    records = [_record(h, **{"algo.agent.batch_size": 8194}) for h in range(3)]
+    with pytest.raises(TrainerAppError, match=r"batch_size=8194 is invalid: .* 6 learners \(3 hosts x 2\)"):
+        check_agreement(records)
+
+
+def test_a_host_that_failed_to_start_stops_every_host() -> None:
+    """A host that failed before it could agree is named with its own line."""
+    failed = dataclasses.replace(HostRecord.failed(1, "task=nope is invalid"), hostname="node1")
+    with pytest.raises(TrainerAppError, match=r"^host 1 \(node1\) could not start: task=nope is invalid"):
+        check_agreement([_record(0), failed])
+
+
+@pytest.fixture
+def store_group() -> HostGroup:
+    server = dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5)
+    )
+    group = HostGroup(host_rank=0, num_hosts=2, store_host="127.0.0.1", store_port=server.port,
+                      store_prefix="test/")  # fmt: skip
+    yield group  # type: ignore[misc]
+    del server
+
+
+def _watch(group: HostGroup, host: int) -> HostWatch:
+    return HostWatch(lambda: open_store(group, 5.0), host=host, num_hosts=2, store="here",
+                     interval_s=0.1, lost_after_s=1.0)  # fmt: skip
+
+
+def test_a_host_whose_heartbeat_stops_is_named_within_the_bound(store_group: HostGroup) -> None:
+    """Host 1 beats once, then never again: host 0's watch names it as lost after lost_after_s."""
+    open_store(store_group, 5.0).set("beat/1", "0")
+    watch = _watch(store_group, 0)
+    watch.start()
+    started = time.monotonic()
+    try:
+        lost = watch.verdict(10.0)
+    finally:
+        watch.close()
+    assert lost is not None and lost.startswith("host 1 lost: no heartbeat for"), lost
+    assert 1.0 <= time.monotonic() - started < 5.0
+
+
+def test_a_host_that_ends_is_never_lost(store_group: HostGroup) -> None:
+    """A host that left done (its heartbeat stopped with it) is not named as lost."""
+    host0, host1 = _watch(store_group, 0), _watch(store_group, 1)
+    host0.start()
+    host1.start()
+    host1.close()
+    try:
+        assert host0.verdict(2.5) is None
+    finally:
+        host0.close()
+
+
+def test_the_host_that_failed_first_is_named_with_its_line(store_group: HostGroup) -> None:
+    """Host 1 fails first, host 0 after it (its collective broke): host 0 names host 1's failure."""
+    host0, host1 = _watch(store_group, 0), _watch(store_group, 1)
+    host0.start()
+    host1.start()
+    host1.failed("learner0 raised")
+    host0.failed("learner0: connection closed by peer")
+    try:
+        lost = host0.verdict(5.0)
+    finally:
+        host0.close()
+        host1.close()
+    assert lost == "host 1 failed: learner0 raised"
