@@ -104,6 +104,7 @@ class HostWatch:
                     self._lost = f"host 0 lost: the run's store at {self._address} is unreachable ({error})"
             if self._lost is not None:
                 _log.error("%s", self._lost)
+                return  # the verdict is in: nothing more to watch
 
     def _note_left(self, store: Any, host: int) -> None:
         reason = store.get(f"left/{host}").decode()
