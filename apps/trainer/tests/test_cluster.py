@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from fastsac_async.hosts import HostGroup, open_store
 from trainer.cluster.agree import HostRecord, check_agreement, render_hosts
-from trainer.cluster.launch import launch_context
+from trainer.cluster.context import launch_context
 from trainer.cluster.watch import HostWatch
 from trainer.config.exceptions import TrainerAppError
 

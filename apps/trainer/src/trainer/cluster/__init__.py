@@ -1,6 +1,6 @@
 """One run on several hosts, launched by torchrun: this host's part in it.
 
-:func:`join_cluster` reads the launch context (:mod:`trainer.cluster.launch`) and, when torchrun
+:func:`join_cluster` reads the launch context (:mod:`trainer.cluster.context`) and, when torchrun
 started the trainer on two hosts or more, connects to the run's store. The :class:`Cluster` then
 makes the hosts agree before anything starts (:mod:`trainer.cluster.agree`), lets host 0 choose
 the run folder (the others keep their own logs in ``<run folder>/host<R>/``), beats and watches the
@@ -21,7 +21,7 @@ from typing import Any
 
 from fastsac_async.hosts import HostGroup, open_store
 from trainer.cluster.agree import HostRecord, check_agreement, host_record, render_hosts
-from trainer.cluster.launch import LaunchContext, launch_context
+from trainer.cluster.context import LaunchContext, launch_context
 from trainer.cluster.watch import HostLostError, HostWatch
 from trainer.config.exceptions import TrainerAppError
 
