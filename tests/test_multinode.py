@@ -261,3 +261,4 @@ def test_hosts_that_disagree_stop_before_anything_starts(tmp_path: Path) -> None
     for code, host in zip(codes, hosts, strict=True):
         assert code != 0 and line in host.text(), host.text()
         assert "spawned" not in host.text()
+    assert not (tmp_path / "runs").exists()
