@@ -193,8 +193,9 @@ def _run_logged(
     resumed_at_env_steps = None if resumed_at is None else resumed_at * plan.num_envs
     # Across hosts, host 0 alone writes the run's events (the others keep their logs).
     primary = plan.hosts is None or plan.hosts.primary
-    loggers = FanOut(open_loggers(plan.run_dir, config, resumed_at_env_steps=resumed_at_env_steps,
-                                  group=seed_group(plan.run_dir.name, config)) if primary else [])  # fmt: skip
+    opened = open_loggers(plan.run_dir, config, resumed_at_env_steps=resumed_at_env_steps,
+                          group=seed_group(plan.run_dir.name, config)) if primary else []  # fmt: skip
+    loggers = FanOut(opened)
     extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)
 
     def stop_requested(reason: str) -> None:
