@@ -30,7 +30,7 @@ wait
 end=$(date +%s.%N)
 echo "wall: $(python3 -c "print(round($end-$start,1))") s"
 for r in $runs; do
-  echo "=== $r"; python3 $root/benchmarks/return_curve.py /tmp/runs/$r --start-epoch $start --every 30 --num-envs 448 | tee $OUT/${r}_curve.txt
+  echo "=== $r"; python3 $root/benchmarks/return_curve.py /tmp/runs/$r --start-epoch $start --every 30 | tee $OUT/${r}_curve.txt
   tail -n 4 $OUT/${r}_console.log
   # An async run's learner log (with FASTSAC_PROFILE_LEARNER=N: its profile); a sync run has none.
   [[ -f /tmp/runs/$r/logs/learner0.log ]] && cp /tmp/runs/$r/logs/learner0.log $OUT/${r}_learner0.log

@@ -3,7 +3,9 @@
     uv run --frozen python benchmarks/return_curve.py runs/<run> [--start-epoch EPOCH] [--every 30]
 
 ``--start-epoch`` is the Unix time the command was launched (so start-up counts); without it the
-first event's time is used. Prints a table: seconds, env steps, rollout/mean_return, env steps/s, and
+first event's time is used. Event steps are env steps (the trainer's TensorBoard axis; the iteration is
+the ``progress/iteration`` scalar); ``--num-envs N`` reads an older run whose steps were iterations.
+Prints a table: seconds, iteration, env steps, rollout/mean_return, env steps/s, and
 the learner's updates/s and learn_pct at the same logging tick; then the medians of those two over the
 run after its first minute (compile and warm-up excluded), with the learner's host-time shares
 (``perf/learner_<stage>_pct``), the collectors' back-pressure share (``perf/collector_wait_pct``) and
@@ -26,13 +28,16 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--start-epoch", type=float, default=None)
     parser.add_argument("--every", type=float, default=30.0, help="seconds between printed rows")
-    parser.add_argument("--num-envs", type=int, default=None, help="env steps = step * num_envs")
+    parser.add_argument(
+        "--num-envs", type=int, default=None, help="an older run keyed by iteration: env steps = step * N"
+    )
     args = parser.parse_args()
     series = read_scalars(args.run_dir)
     returns = series.get("rollout/mean_return", [])
     rates = {step: v for _, step, v in series.get("perf/env_steps_per_s", [])}
     updates = {step: v for _, step, v in series.get("perf/updates_per_s", [])}
     learn = {step: v for _, step, v in series.get("perf/learn_pct", [])}
+    iterations = {step: int(v) for _, step, v in series.get("progress/iteration", [])}
     if not returns:
         print("no rollout/mean_return events")
         return
@@ -47,9 +52,10 @@ def main() -> None:
         t = wall - start
         if t >= next_row or (wall, step, value) == returns[-1]:
             steps = step * args.num_envs if args.num_envs else step
+            iteration = step if args.num_envs else iterations.get(step, "?")
             nan = float("nan")
             print(
-                f"{t:>8.0f} {step:>9} {steps:>10} {value:>11.1f} {rates.get(step, nan):>11.0f}"
+                f"{t:>8.0f} {iteration:>9} {steps:>10} {value:>11.1f} {rates.get(step, nan):>11.0f}"
                 f" {updates.get(step, nan):>9.1f} {learn.get(step, nan):>7.1f}"
             )
             next_row = t + args.every
