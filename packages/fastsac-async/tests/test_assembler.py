@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from fastsac_async.assembler import GenerationAssembler
 from fastsac_async.exceptions import AsyncEngineError
+from fastsac_async.learner.assembler import GenerationAssembler
 
 
 def _take(payload: np.ndarray, lo: int, hi: int) -> np.ndarray:

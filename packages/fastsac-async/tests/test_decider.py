@@ -2,9 +2,9 @@ import threading
 
 import pytest
 
-from fastsac_async.collective import InProcessGroup, SoloCollective
-from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
 from fastsac_async.exceptions import AsyncConfigError
+from fastsac_async.learner.collective import InProcessGroup, SoloCollective
+from fastsac_async.learner.decider import Decision, PublishCadence, TrainDecider, split_chunks
 
 
 def _decider(mode: str = "strict", **kw: int) -> TrainDecider:

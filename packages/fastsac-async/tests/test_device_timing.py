@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from fastsac_async.device_timing import DeviceSpanTimer
+from fastsac_async.learner.device_timing import DeviceSpanTimer
 
 
 def test_disabled_off_cuda() -> None:

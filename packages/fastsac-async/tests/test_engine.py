@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from fastsac_async import engine as engine_module
+from fastsac_async.collector.process import collector_settings
 from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
-from fastsac_async.engine import AsyncEngine, EngineStats, run_engine
+from fastsac_async.parent import monitor as monitor_module
+from fastsac_async.parent.engine import EngineStats, run_engine
+from fastsac_async.parent.monitor import final_checkpoint
 from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads, rendezvous_file
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
-from fastsac_async.workers import collector_settings
 from fastsac_core import FastSACAgent, FastSACConfig, peek_checkpoint, save_checkpoint
 from shm_transport import default_prefix
 from topology import LearnerPlacement
@@ -155,7 +156,6 @@ def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Done learners: the result names learner 0's final checkpoint, its snapshot late, dropped or not."""
-    engine = AsyncEngine(_spec(tmp_path, 1, 1, 40))
     control = Control(num_collectors=1, num_learners=1)
     final = str(checkpoint_file(tmp_path, 37))
     reported: list[str] = [str(checkpoint_file(tmp_path, 20))]
@@ -166,14 +166,14 @@ def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(
         if len(calls) == 3:
             reported.append(final)
 
-    assert engine._final_checkpoint(control, reported, forward_late) == reported[-1]  # none recorded yet
+    assert final_checkpoint(tmp_path, control, reported, forward_late) == reported[-1]  # none recorded yet
     assert not calls
     control.set_final_checkpoint(37)
-    assert engine._final_checkpoint(control, reported, forward_late) == final
+    assert final_checkpoint(tmp_path, control, reported, forward_late) == final
     assert len(calls) == 3
-    monkeypatch.setattr(engine_module, "_FINAL_SNAPSHOT_WAIT_S", 0.05)
+    monkeypatch.setattr(monitor_module, "_FINAL_SNAPSHOT_WAIT_S", 0.05)
     lost: list[str] = []
-    assert engine._final_checkpoint(control, lost, lambda: None) == final  # a dropped snapshot
+    assert final_checkpoint(tmp_path, control, lost, lambda: None) == final  # a dropped snapshot
 
 
 @pytest.mark.slow

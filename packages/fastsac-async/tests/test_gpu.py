@@ -98,8 +98,8 @@ def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool, ragged: bool
             p.close()
         for r in [*cuda_rings, *cpu_rings]:
             r.close()  # type: ignore[attr-defined]
-            if isinstance(r, HostRing):
-                r.unlink()
+        for host in [*cpu_rings, *(cuda_rings if kind == "pinned_host" else [])]:
+            host.unlink()  # type: ignore[attr-defined]
         for c in cursors:
             c.close()
             c.unlink()
@@ -132,10 +132,10 @@ def test_every_slot_of_a_delayed_ipc_copy_reaches_the_replay_before_done() -> No
     The producer's copy stream sleeps about a second before the last push's copy, so that push's
     cursor is published late; the learner must not stop with it in flight.
     """
-    from fastsac_async.collective import SoloCollective
-    from fastsac_async.collector import Collector, CollectorSettings
-    from fastsac_async.decider import TrainDecider
-    from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+    from fastsac_async.collector.loop import Collector, CollectorSettings
+    from fastsac_async.learner.collective import SoloCollective
+    from fastsac_async.learner.decider import TrainDecider
+    from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings
     from fastsac_core import FastSACAgent, InferencePolicy
     from shm_transport import HostWeightReader, HostWeightWriter, WeightChannel
     from shm_transport._layout import FieldSpec

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastsac_async.janitor import Janitor
+from fastsac_async.parent.janitor import Janitor
 from fastsac_async.testing import janitor_parent
 from shm_transport import default_prefix
 

@@ -10,14 +10,14 @@ from typing import Any, cast
 import pytest
 import torch
 
-from fastsac_async import collector as collector_module
-from fastsac_async.collective import SoloCollective
-from fastsac_async.collector import Collector, CollectorSettings
-from fastsac_async.decider import TrainDecider
+from fastsac_async.collector import loop as collector_module
+from fastsac_async.collector.loop import Collector, CollectorSettings
 from fastsac_async.exceptions import AsyncConfigError
-from fastsac_async.ingest import Ingestor
-from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
-from fastsac_async.profiling import PROFILE_ENV, profile_iterations, run_learner_loop
+from fastsac_async.learner.collective import SoloCollective
+from fastsac_async.learner.decider import TrainDecider
+from fastsac_async.learner.ingest import Ingestor
+from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
+from fastsac_async.learner.profiler import PROFILE_ENV, profile_iterations
 from fastsac_async.stats import LearnerSnapshot
 from fastsac_async.testing import FakeBatchedEnv
 from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy, ReplayBuffer

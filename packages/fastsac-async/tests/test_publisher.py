@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from fastsac_async.publisher import DeferredPublisher
+from fastsac_async.learner.publisher import DeferredPublisher
 from shm_transport import HostWeightReader, HostWeightWriter, WeightChannel
 from shm_transport._layout import FieldSpec
 

@@ -5,7 +5,7 @@ import signal
 import time
 from pathlib import Path
 
-from fastsac_async.supervisor import Supervisor, WorkerExit
+from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.testing import failing_worker, orphaning_parent, sleeping_worker
 
 

@@ -1,18 +1,20 @@
 """fastsac-async: the asynchronous FastSAC engine (collectors, learners, supervision).
 
+Folders by role: ``collector/`` and ``learner/`` (each a loop drivable in-process and its process
+entry point), ``parent/`` (engine, monitor, supervisor, janitor); at the top the records every side
+shares (``config``, ``spec``, ``control``, ``stats``, ``exceptions``), the transport choice
+(``transport``), the worker process frame (``worker_process``) and the test doubles (``testing``).
+
 Collector processes step env shards and push transitions into per-collector SPSC rings; learner
 ranks drain their collectors' rings into complete generations (or each ring into its own replay env
 block, ``ingest="ragged"``), decide updates in lockstep, train and publish weights. The parent
 allocates shared memory, spawns and supervises the workers.
 """
 
-from fastsac_async.assembler import GenerationAssembler, ReadyRun
-from fastsac_async.collective import Collective, InProcessGroup, SoloCollective, TorchCollective
-from fastsac_async.collector import Collector, CollectorSettings
+from fastsac_async.collector.loop import Collector, CollectorSettings
+from fastsac_async.collector.process import run_collector
 from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
-from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
-from fastsac_async.engine import AsyncEngine, EngineResult, EngineStats, StopReason, run_engine
 from fastsac_async.exceptions import (
     AsyncConfigError,
     AsyncEngineError,
@@ -21,8 +23,14 @@ from fastsac_async.exceptions import (
     WorkerFailed,
 )
 from fastsac_async.hosts import HostGroup
-from fastsac_async.ingest import Ingestor, RingReader
-from fastsac_async.learner import Learner, LearnerHooks, LearnerSettings
+from fastsac_async.learner.assembler import GenerationAssembler, ReadyRun
+from fastsac_async.learner.collective import Collective, InProcessGroup, SoloCollective, TorchCollective
+from fastsac_async.learner.decider import Decision, PublishCadence, TrainDecider, split_chunks
+from fastsac_async.learner.ingest import Ingestor, RingReader
+from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings
+from fastsac_async.learner.process import run_learner
+from fastsac_async.parent.engine import AsyncEngine, EngineResult, EngineStats, StopReason, run_engine
+from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.spec import EngineSpec
 from fastsac_async.stats import (
     CollectorSnapshot,
@@ -31,8 +39,6 @@ from fastsac_async.stats import (
     StageTimer,
     aggregate_collectors,
 )
-from fastsac_async.supervisor import Supervisor, WorkerExit
-from fastsac_async.workers import run_collector, run_learner
 
 __all__ = [  # noqa: RUF022 - grouped by topic
     # engine

@@ -11,12 +11,11 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.hosts import HostGroup
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig
-from shm_transport import FieldSpec, HostRingHandle, RingCursorsHandle, RingLayout, transition_layout
+from shm_transport import FieldSpec, RingLayout, transition_layout
 from topology import LearnerPlacement, TrainerTopology
 
 __all__ = [
     "EngineSpec",
-    "IpcRingHandles",
     "checkpoint_file",
     "collector_name",
     "learner_name",
@@ -136,13 +135,3 @@ def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:
         "obs_std": FieldSpec((dims.obs_dim,), torch.float32),
         "obs_count": FieldSpec((1,), torch.float32),
     }
-
-
-@dataclass(frozen=True, kw_only=True)
-class IpcRingHandles:
-    """What a learner gets for a collector planned on a CUDA-IPC ring."""
-
-    cursors: RingCursorsHandle
-    """Shared cursors of the CUDA-IPC ring the learner allocates."""
-    fallback: HostRingHandle
-    """A host ring to use instead when CUDA IPC fails on the learner's device."""

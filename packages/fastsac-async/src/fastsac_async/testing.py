@@ -287,7 +287,7 @@ def failing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, m
 
 def orphaning_parent(*, run_dir: Path, pid_file: Path) -> None:
     """A parent that spawns a sleeping worker, records its pid, then waits to be killed."""
-    from fastsac_async.supervisor import Supervisor
+    from fastsac_async.parent.supervisor import Supervisor
 
     sup = Supervisor(run_dir)
     sup.spawn("orphan", sleeping_worker, {"seconds": 60.0}, threads=1)
@@ -307,7 +307,7 @@ def janitor_parent(*, prefix: str, pid_file: Path) -> None:
     """
     import subprocess
 
-    from fastsac_async.janitor import Janitor
+    from fastsac_async.parent.janitor import Janitor
 
     janitor = Janitor.start(prefix)
     worker = subprocess.Popen(["sleep", "2"])

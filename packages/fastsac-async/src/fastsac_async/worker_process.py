@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import functools
 import logging
 import os
 import signal
@@ -44,15 +45,24 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
+
+from fastsac_async.control import Control
+from numa_bind import bind_current_process
+from shm_transport import HandshakeAborted
 
 __all__ = [
     "STACK_DUMP_SIGNAL",
     "STOP_SIGNALS",
     "BootTimeline",
+    "bind",
     "error_log_path",
     "log_path",
+    "quiet_if_stopped_during_boot",
     "record_failure",
+    "reporting_failure",
+    "seed",
     "stop_signals_blocked",
     "worker_environment",
     "worker_process",
@@ -212,3 +222,35 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
         sys.stderr.flush()
         raise SystemExit(1) from None
     _log.info("%s finished", name)
+
+
+def bind(cpus: tuple[int, ...] | None, node: int | None) -> None:
+    """Bind this process to ``cpus`` and ``node``'s memory (each None: left as it is); logged."""
+    if cpus is None and node is None:
+        return
+    result = bind_current_process(cpus=cpus, nodes=None if node is None else [node])
+    _log.info("bound to cpus=%s node=%s: %s", cpus, node, result)
+
+
+def seed(value: int) -> None:
+    """Seed torch and numpy of this process."""
+    torch.manual_seed(value)
+    np.random.seed(value % 2**32)
+
+
+@contextlib.contextmanager
+def quiet_if_stopped_during_boot(name: str) -> Iterator[None]:
+    """A stop request while this worker waits at the boot barrier ends it cleanly (exit 0, no error log)."""
+    try:
+        yield
+    except HandshakeAborted:
+        _log.info("%s: stop requested during start-up; exiting", name)
+
+
+def reporting_failure(
+    control: Control, slot: int, run_dir: Path, name: str
+) -> contextlib.AbstractContextManager[None]:
+    """Mark and record this worker's failure before it unwinds (a stop during boot is no failure)."""
+    return control.reporting_failure(
+        slot, record=functools.partial(record_failure, run_dir, name), ignore=(HandshakeAborted,)
+    )

@@ -14,7 +14,13 @@ from shm_transport._ipc_probe import cuda_ipc_available
 from shm_transport._ipc_ring import CudaIpcProducerHandle, CudaIpcRing
 from shm_transport._ipc_weights import CudaIpcWeightHandle, CudaIpcWeightReader, CudaIpcWeightWriter
 from shm_transport._layout import FieldSpec, RingLayout, transition_layout
-from shm_transport._protocol import TransitionRing, WeightReader, WeightWriter
+from shm_transport._protocol import (
+    RingProducerHandle,
+    TransitionRing,
+    WeightReader,
+    WeightReaderHandle,
+    WeightWriter,
+)
 from shm_transport._segment import PREFIX_ENV, SEGMENT_PREFIX, default_prefix
 from shm_transport._weight_channel import WeightChannel, WeightChannelHandle
 from shm_transport.exceptions import (
@@ -36,6 +42,7 @@ __all__ = [  # noqa: RUF022 (grouped by topic, not sorted)
     "transition_layout",
     # transition rings
     "TransitionRing",
+    "RingProducerHandle",
     "HostRing",
     "HostRingHandle",
     "RingCursors",
@@ -46,6 +53,7 @@ __all__ = [  # noqa: RUF022 (grouped by topic, not sorted)
     # weight channel
     "WeightWriter",
     "WeightReader",
+    "WeightReaderHandle",
     "WeightChannel",
     "WeightChannelHandle",
     "HostWeightWriter",

@@ -63,6 +63,10 @@ class HostRingHandle:
     debug: bool
     """Whether the ring checks for unwritten (sentinel) rows on read."""
 
+    def open_producer(self) -> HostRing:
+        """Attach the producer end here (Note [Handles open their own end] in ``_protocol``)."""
+        return HostRing.attach(self)
+
 
 def _ring_nbytes(layout: RingLayout, capacity: int) -> int:
     return HEADER_NBYTES + sum(layout.field_region_nbytes(name, capacity) for name in layout.names)
@@ -142,8 +146,15 @@ class HostRing(BlockingRingOps):
         """A picklable handle for ``HostRing.attach`` in another process."""
         return HostRingHandle(self._segment.name, self._layout, self._capacity, self._debug)
 
-    def close(self) -> None:
-        """Drop this process's mapping (idempotent). Views from ``read_span`` stay valid while alive."""
+    def producer_handle(self) -> HostRingHandle:
+        """The handle to ship to the producer: the ring's own handle."""
+        return self.handle
+
+    def close(self, *, timeout_s: float = 10.0) -> None:
+        """Drop this process's mapping (idempotent, never waits: ``timeout_s`` is unused).
+
+        Views from ``read_span`` stay valid while alive.
+        """
         self._words = None
         self._slot_views = []
         self._regions = {}
@@ -178,6 +189,11 @@ class HostRing(BlockingRingOps):
     def layout(self) -> RingLayout:
         """Fields of one slot."""
         return self._layout
+
+    @property
+    def device(self) -> torch.device:
+        """``cpu``: the slots are host shared memory."""
+        return torch.device("cpu")
 
     @property
     def name(self) -> str:

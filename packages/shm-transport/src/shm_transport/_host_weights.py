@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from shm_transport._weight_channel import SeqlockVersions, WeightChannel, check_snapshot
+from shm_transport._weight_channel import SeqlockVersions, WeightChannel, WeightChannelHandle, check_snapshot
 
 __all__ = ["HostWeightReader", "HostWeightWriter"]
 
@@ -27,6 +27,15 @@ class HostWeightWriter:
         self._extras_spec = channel.extras
         # Pinned staging for CUDA sources, allocated on the first CUDA publish.
         self._staging: tuple[Tensor, dict[str, Tensor]] | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """``cpu``: the slots are host shared memory."""
+        return torch.device("cpu")
+
+    def reader_handle(self) -> WeightChannelHandle:
+        """The handle to ship to the reader: the channel's own handle."""
+        return self._channel.handle
 
     def publish(self, flat_params: Tensor, extras: Mapping[str, Tensor]) -> int:
         """Publish a snapshot and return its version (``seq // 2``; strictly increasing).
@@ -76,8 +85,11 @@ class HostWeightWriter:
 class HostWeightReader(SeqlockVersions):
     """A collector's end of a host weight channel; ``poll`` never waits for the writer."""
 
-    def __init__(self, channel: WeightChannel, *, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+    def __init__(
+        self, channel: WeightChannel, *, max_retries: int = DEFAULT_MAX_RETRIES, close_channel: bool = False
+    ) -> None:
         self._channel = channel
+        self._close_channel = close_channel
         self._max_retries = max(1, max_retries)
         self._loaded = 0
         self._staging: tuple[Tensor, dict[str, Tensor]] | None = None
@@ -143,7 +155,9 @@ class HostWeightReader(SeqlockVersions):
             self._h2d_done.record(torch.cuda.current_stream(cuda_dsts[0].device))
 
     def close(self) -> None:
-        """Release the staging buffers (the channel itself is closed by its owner)."""
+        """Release the staging buffers, and the channel if opened with ``close_channel``."""
         if self._h2d_done is not None:
             self._h2d_done.synchronize()
         self._staging = None
+        if self._close_channel:
+            self._channel.close()

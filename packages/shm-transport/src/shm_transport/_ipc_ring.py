@@ -74,6 +74,10 @@ class CudaIpcProducerHandle:
     debug: bool
     """Whether the consumer checks for unwritten (sentinel) rows."""
 
+    def open_producer(self) -> CudaIpcRing:
+        """``CudaIpcRing.attach_producer(self)`` (Note [Handles open their own end] in ``_protocol``)."""
+        return CudaIpcRing.attach_producer(self)
+
 
 def _columns(layout: RingLayout) -> list[tuple[str, FieldSpec, int, int]]:
     columns, start = [], 0
@@ -230,6 +234,11 @@ class CudaIpcRing(BlockingRingOps):
     def layout(self) -> RingLayout:
         """Fields of one slot."""
         return self._layout
+
+    @property
+    def device(self) -> torch.device:
+        """The GPU holding the slots."""
+        return self._device
 
     @property
     def write_count(self) -> int:

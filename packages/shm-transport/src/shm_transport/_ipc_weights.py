@@ -34,6 +34,10 @@ class CudaIpcWeightHandle:
     extras: dict[str, Tensor]
     """Device slots of each extra, ``(2, *shape)``."""
 
+    def open_reader(self) -> CudaIpcWeightReader:
+        """``CudaIpcWeightReader(self)`` (Note [Handles open their own end] in ``_protocol``)."""
+        return CudaIpcWeightReader(self)
+
 
 class CudaIpcWeightWriter:
     """The learner's end: two device slots on ``device``; ``publish`` is a D2D copy plus an event sync."""
@@ -42,6 +46,7 @@ class CudaIpcWeightWriter:
         require_cuda_ipc(device, "CudaIpcWeightWriter")
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         self._channel = channel
+        self._device = dev
         self._params: Tensor | None = torch.zeros((2, channel.num_params), dtype=torch.float32, device=dev)
         self._extras = {
             name: torch.zeros((2, *spec.shape), dtype=spec.dtype, device=dev)
@@ -49,6 +54,11 @@ class CudaIpcWeightWriter:
         }
         self._stream = torch.cuda.Stream(device=dev)  # type: ignore[no-untyped-call]
         self._done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+
+    @property
+    def device(self) -> torch.device:
+        """The GPU holding the slots."""
+        return self._device
 
     def reader_handle(self) -> CudaIpcWeightHandle:
         """The handle a collector passes to ``CudaIpcWeightReader``."""

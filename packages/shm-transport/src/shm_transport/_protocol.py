@@ -1,15 +1,24 @@
-"""The interfaces every transport implements: rings and weight writers/readers."""
+"""The interfaces every transport implements: rings and weight writers/readers, and the handles between them.
+
+# Note [Handles open their own end]
+A handle says how to open the end it is sent to, so a caller never dispatches on its type: the
+consumer of a ring ships ``ring.producer_handle()`` and the producer calls ``open_producer()`` on it;
+a weight writer ships ``writer.reader_handle()`` and the reader calls ``open_reader()`` on it. The
+same code then serves host memory and CUDA IPC; ``device`` says where an end's slots live, for a
+caller whose copies depend on it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 from shm_transport._layout import RingLayout
 
-__all__ = ["TransitionRing", "WeightReader", "WeightWriter"]
+__all__ = ["RingProducerHandle", "TransitionRing", "WeightReader", "WeightReaderHandle", "WeightWriter"]
 
 
 @runtime_checkable
@@ -28,6 +37,11 @@ class TransitionRing(Protocol):
     @property
     def layout(self) -> RingLayout:
         """Fields of one slot."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """Where the slots live (``read_span``'s views are there): ``cpu`` for host shared memory."""
         ...
 
     @property
@@ -80,8 +94,25 @@ class TransitionRing(Protocol):
         """``read_span``, waiting up to ``timeout_s`` for data; k=0 on timeout or stop."""
         ...
 
-    def close(self) -> None:
-        """Release this process's resources of the ring (idempotent)."""
+    def producer_handle(self) -> RingProducerHandle:
+        """Consumer end: the picklable handle to ship to the producer (Note [Handles open their own end])."""
+        ...
+
+    def close(self, *, timeout_s: float = 10.0) -> None:
+        """Release this process's resources of the ring (idempotent).
+
+        A consumer whose slots the producer still maps waits up to ``timeout_s`` for it to detach
+        (Note [CUDA-IPC teardown order]); a host ring end never waits.
+        """
+        ...
+
+
+@runtime_checkable
+class RingProducerHandle(Protocol):
+    """A picklable handle from a ring's consumer that opens the producer end where it is received."""
+
+    def open_producer(self) -> TransitionRing:
+        """Attach the producer end in this process; ``close()`` it when done."""
         ...
 
 
@@ -91,6 +122,15 @@ class WeightWriter(Protocol):
 
     def publish(self, flat_params: Tensor, extras: Mapping[str, Tensor]) -> int:
         """Publish a snapshot; returns its version (strictly increasing)."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """Where the writer's slots live: ``cpu`` (host memory: a CUDA source is copied to host first)."""
+        ...
+
+    def reader_handle(self) -> WeightReaderHandle:
+        """The picklable handle to ship to the reader (Note [Handles open their own end])."""
         ...
 
     def close(self) -> None:
@@ -122,4 +162,13 @@ class WeightReader(Protocol):
 
     def close(self) -> None:
         """Release this process's resources (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class WeightReaderHandle(Protocol):
+    """A picklable handle from a weight writer that opens the reader end where it is received."""
+
+    def open_reader(self) -> WeightReader:
+        """Attach the reader end in this process; its ``close()`` releases everything it attached."""
         ...

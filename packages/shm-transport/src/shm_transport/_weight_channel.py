@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import torch
 from torch import Tensor
@@ -46,6 +46,9 @@ from shm_transport._layout import FieldSpec, RingLayout, align_up
 from shm_transport._platform import check_store_order_platform
 from shm_transport._segment import COUNTER_A, HEADER_NBYTES, KIND_WEIGHTS, Segment
 from shm_transport.exceptions import RingLayoutError, SegmentError
+
+if TYPE_CHECKING:
+    from shm_transport._host_weights import HostWeightReader
 
 __all__ = ["WeightChannel", "WeightChannelHandle", "check_snapshot"]
 
@@ -62,6 +65,18 @@ class WeightChannelHandle:
     """Named extra tensors published with the parameters (full shapes)."""
     host_slots: bool
     """Whether the segment holds the two host slots (False: sequence number only, for CUDA IPC)."""
+
+    def open_reader(self) -> HostWeightReader:
+        """Attach the channel and read its host slots; the reader's ``close()`` closes the channel.
+
+        Raises:
+            SegmentError: The channel has no host slots (its reader opens a ``CudaIpcWeightHandle``).
+        """
+        from shm_transport._host_weights import HostWeightReader
+
+        if not self.host_slots:
+            raise SegmentError(f"weight channel {self.name!r} has no host slots; open its CUDA-IPC handle")
+        return HostWeightReader(WeightChannel.attach(self), close_channel=True)
 
 
 def _fingerprint(num_params: int, extras: tuple[tuple[str, FieldSpec], ...], host_slots: bool) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastsac_async import AsyncConfigError
 from fastsac_async.config import AsyncOptions
-from fastsac_async.profiling import profile_iterations
+from fastsac_async.learner.profiler import profile_iterations
 from fastsac_core.config import FastSACConfig
 from fastsac_core.env import EnvDims, EnvFactory
 from topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors

@@ -9,9 +9,8 @@ import pytest
 import torch._inductor.config as inductor_config
 
 from fastsac_async import AsyncOptions, EngineSpec
-from fastsac_async.compile_cpus import borrowed_cpus
+from fastsac_async.learner.cpu_loan import borrowed_cpus, compile_cpus
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
-from fastsac_async.workers import compile_cpus
 from fastsac_core import FastSACConfig
 from topology import LearnerPlacement
 

@@ -37,9 +37,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fastsac_async.assembler import GenerationAssembler, ReadyRun
+from fastsac_async.learner.assembler import GenerationAssembler, ReadyRun
 from fastsac_core import ReplayBuffer
-from shm_transport import CudaIpcRing, RingLayout, TransitionRing
+from shm_transport import RingLayout, TransitionRing
 
 __all__ = ["Ingestor", "RingReader", "Shard"]
 
@@ -163,7 +163,7 @@ class Ingestor:
         self.generations = 0
         """Generations ingested so far (ragged: the steps every env has gained, the fewest of any block)."""
         cap = max(r.capacity for r in rings)
-        host_rings = any(not isinstance(r, CudaIpcRing) for r in rings)
+        host_rings = any(r.device.type == "cpu" for r in rings)
         # Ragged ingest stages each host ring on its own: two pinned buffers per ring, alternating.
         self._ring_staging: list[list[dict[str, Tensor]]] = []
         self._ring_events: list[list[Any]] = []
@@ -243,9 +243,9 @@ class Ingestor:
     def _ingest_block(self, ring: int, k: int, views: Shard) -> None:
         """Ring ``ring``'s ``k`` new slots into its env block (Note [ragged ingest])."""
         reader = self.readers[ring]
-        if self._copy_stream is None or isinstance(reader.ring, CudaIpcRing):
-            # CPU learner (a synchronous copy), or CUDA-IPC views (D2D on the compute stream, which
-            # commit_reads orders its event after).
+        if self._copy_stream is None or reader.ring.device.type != "cpu":
+            # CPU learner (a synchronous copy), or device (CUDA-IPC) views (D2D on the compute stream,
+            # which commit_reads orders its event after).
             _extend(self.buffer, views, ring)
             reader.commit(k)
             return

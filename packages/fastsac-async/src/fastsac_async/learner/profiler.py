@@ -1,4 +1,4 @@
-"""A learner's loop, optionally with one torch-profiler window inside the running pipeline.
+"""One torch-profiler window inside a running learner's loop (``learner.loop.run_learner_loop``).
 
 ``FASTSAC_PROFILE_LEARNER=N`` (an environment variable of the trainer, inherited by its workers)
 makes each learner profile N loop iterations once it has run ``PROFILE_AFTER_UPDATES`` updates (so
@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from fastsac_async.exceptions import AsyncConfigError
-from fastsac_async.learner import Learner
 
-__all__ = ["PROFILE_AFTER_UPDATES", "PROFILE_ENV", "profile_iterations", "run_learner_loop"]
+if TYPE_CHECKING:
+    from fastsac_async.learner.loop import Learner
+
+__all__ = ["PROFILE_AFTER_UPDATES", "PROFILE_ENV", "profile_iterations", "profiled"]
 
 PROFILE_ENV = "FASTSAC_PROFILE_LEARNER"
 """Environment variable: loop iterations to profile in each learner (unset or 0: none)."""
@@ -43,18 +46,7 @@ def profile_iterations(environ: Mapping[str, str] = os.environ) -> int:
     return value
 
 
-def run_learner_loop(
-    learner: Learner, *, profile: int = 0, after_updates: int = PROFILE_AFTER_UPDATES, name: str = "learner"
-) -> None:
-    """Run ``learner`` until it stops; profile ``profile`` iterations (0: none) after ``after_updates``."""
-    while learner.run_iteration():
-        if profile and learner.updates >= after_updates:
-            if not _profiled(learner, profile, name):
-                return
-            profile = 0
-
-
-def _profiled(learner: Learner, iterations: int, name: str) -> bool:
+def profiled(learner: Learner, iterations: int, name: str) -> bool:
     """Run ``iterations`` iterations under the profiler and log its table; False if the learner stopped."""
     from torch.profiler import ProfilerActivity, profile
 

@@ -1,6 +1,6 @@
 """One learner rank's loop, drivable in-process: drain, decide, update in chunks, publish.
 
-The process entry point (:func:`fastsac_async.workers.run_learner`) builds a :class:`Learner` from
+The process entry point (:func:`fastsac_async.learner.process.run_learner`) builds a :class:`Learner` from
 shared memory; unit tests build one around in-process rings and call :meth:`Learner.run_iteration`.
 """
 
@@ -15,16 +15,17 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastsac_async.compile_cpus import borrowed_cpus
-from fastsac_async.decider import Decision, PublishCadence, TrainDecider, split_chunks
-from fastsac_async.device_timing import DeviceSpanTimer
-from fastsac_async.ingest import Ingestor
-from fastsac_async.publisher import DeferredPublisher
+from fastsac_async.learner.cpu_loan import borrowed_cpus
+from fastsac_async.learner.decider import Decision, PublishCadence, TrainDecider, split_chunks
+from fastsac_async.learner.device_timing import DeviceSpanTimer
+from fastsac_async.learner.ingest import Ingestor
+from fastsac_async.learner.profiler import PROFILE_AFTER_UPDATES, profiled
+from fastsac_async.learner.publisher import DeferredPublisher
 from fastsac_async.stats import LEARNER_STAGES, LearnerSnapshot, StageTimer
 from fastsac_core import FastSACAgent, save_checkpoint, sync_normalizers
 from shm_transport import TransitionRing, WeightWriter
 
-__all__ = ["Learner", "LearnerHooks", "LearnerSettings"]
+__all__ = ["Learner", "LearnerHooks", "LearnerSettings", "run_learner_loop"]
 
 _log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class LearnerHooks:
     """The parent asked to stop."""
     on_progress: Callable[[int, int], None] = lambda gstep, updates: None
     """Rank 0 publishes ``(global_step, updates)``."""
-    on_snapshot: Callable[[LearnerSnapshot], None] = lambda snapshot: None
+    on_snapshot: Callable[[LearnerSnapshot], object] = lambda snapshot: None
     """Send a stats snapshot (never blocks)."""
     checkpoint_path: Callable[[int], Path] | None = None
     """Rank 0: where the checkpoint of a gstep goes (None: no checkpoints)."""
@@ -304,3 +305,14 @@ class Learner:
         if due or self._pending_checkpoint is not None or self.stopped:
             self._last_report = self.gstep
             self.hooks.on_snapshot(self.snapshot())
+
+
+def run_learner_loop(
+    learner: Learner, *, profile: int = 0, after_updates: int = PROFILE_AFTER_UPDATES, name: str = "learner"
+) -> None:
+    """Run ``learner`` until it stops; profile ``profile`` iterations (0: none) after ``after_updates``."""
+    while learner.run_iteration():
+        if profile and learner.updates >= after_updates:
+            if not profiled(learner, profile, name):
+                return
+            profile = 0

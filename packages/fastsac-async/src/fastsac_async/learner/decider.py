@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fastsac_async.collective import Collective
 from fastsac_async.exceptions import AsyncConfigError
+from fastsac_async.learner.collective import Collective
 
 __all__ = ["Decision", "PublishCadence", "TrainDecider", "split_chunks"]
 

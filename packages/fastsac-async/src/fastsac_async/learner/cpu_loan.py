@@ -1,4 +1,7 @@
-"""Lend a learner more CPUs while its first update chunk compiles (Note [compile on borrowed CPUs]).
+"""Lend a learner its collectors' CPUs while its first update chunk compiles.
+
+:func:`compile_cpus` says which CPUs a learner may borrow; :func:`borrowed_cpus` lends them to one
+block (Note [compile on borrowed CPUs]).
 
 # Note [compile on borrowed CPUs]
 A learner's first update chunk compiles and captures its update steps: about a minute of inductor
@@ -27,12 +30,29 @@ import os
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
-__all__ = ["MAX_COMPILE_WORKERS", "borrowed_cpus"]
+from fastsac_async.spec import EngineSpec
+
+__all__ = ["MAX_COMPILE_WORKERS", "borrowed_cpus", "compile_cpus"]
 
 _log = logging.getLogger(__name__)
 
 MAX_COMPILE_WORKERS = 32
 """Inductor's own cap on its compile workers."""
+
+
+def compile_cpus(spec: EngineSpec, rank: int) -> tuple[int, ...] | None:
+    """CPUs learner ``rank`` compiles its first update chunk on: its own and its collectors'.
+
+    None (compile on its own CPUs) unless the learner is pinned and compiles on a GPU (Note
+    [compile on borrowed CPUs]).
+    """
+    place = spec.topology.learners[rank]
+    if place.cpus is None or not place.device.startswith("cuda") or not spec.agent.compile:
+        return None
+    cpus = set(place.cpus)
+    for collector in spec.topology.collectors_of(rank):
+        cpus.update(collector.cpus or ())
+    return tuple(sorted(cpus))
 
 
 @contextmanager

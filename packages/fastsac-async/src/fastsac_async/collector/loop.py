@@ -1,6 +1,6 @@
 """One collector's loop, drivable in-process: wait for room, act, step, push, poll weights.
 
-The process entry point (:func:`fastsac_async.workers.run_collector`) builds a :class:`Collector`
+The process entry point (:func:`fastsac_async.learner.process.run_collector`) builds a :class:`Collector`
 around attached shared memory; unit tests build one around in-process rings and call
 :meth:`Collector.step_once`.
 """
@@ -71,7 +71,7 @@ class Collector:
         start_steps: int = 0,
         on_steps: Callable[[int], None] = lambda steps: None,
         on_gauges: Callable[[int, int, int], None] = lambda version, lag, fill: None,
-        on_snapshot: Callable[[CollectorSnapshot], None] = lambda snapshot: None,
+        on_snapshot: Callable[[CollectorSnapshot], object] = lambda snapshot: None,
     ) -> None:
         self.settings = settings
         self.env = env

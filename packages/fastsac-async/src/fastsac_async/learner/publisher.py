@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from shm_transport import HostWeightWriter, WeightWriter
+from shm_transport import WeightWriter
 
 __all__ = ["DeferredPublisher"]
 
@@ -98,7 +98,7 @@ class DeferredPublisher:
     def _publish(self, flat: Tensor, extras: Mapping[str, Tensor]) -> None:
         host: tuple[Tensor, Mapping[str, Tensor]] | None = None
         for writer in self._writers:
-            if flat.is_cuda and isinstance(writer, HostWeightWriter):
+            if flat.is_cuda and writer.device.type == "cpu":
                 if host is None:
                     host = self._host_copy(flat, extras)
                 self._version = writer.publish(*host)

@@ -1,0 +1,136 @@
+"""The collector process: bind, build its env shard and policy, open its ring and weights, collect.
+
+It starts inside :func:`~fastsac_async.worker_process.worker_process` (parent-death tie, stop signals
+ignored, log redirect, traceback file) and binds itself first (CPUs, then memory policy), before any
+large allocation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fastsac_async.collector.loop import Collector, CollectorSettings
+from fastsac_async.control import Control
+from fastsac_async.hosts import collector_seed
+from fastsac_async.spec import EngineSpec, collector_name
+from fastsac_async.stats import offer
+from fastsac_async.transport import CollectorPayload
+from fastsac_async.worker_process import (
+    BootTimeline,
+    bind,
+    quiet_if_stopped_during_boot,
+    reporting_failure,
+    seed,
+    worker_process,
+)
+from fastsac_core import InferencePolicy
+from shm_transport import HandshakeAborted, StartupHandshake
+
+__all__ = ["collector_settings", "run_collector"]
+
+_log = logging.getLogger(__name__)
+
+
+def collector_settings(spec: EngineSpec, index: int) -> CollectorSettings:
+    """The loop knobs of collector ``index`` under ``spec``."""
+    return CollectorSettings(
+        index=index,
+        budget=spec.num_iterations,
+        learning_starts=spec.agent.learning_starts,
+        resume=spec.resume_from is not None,
+        weight_poll_interval=max(1, spec.options.weight_poll_interval),
+        idle_sleep_s=spec.options.idle_sleep_s,
+        spin_s=spec.options.collector_spin_s,
+        stats_interval=max(1, spec.logging_interval),
+    )
+
+
+def run_collector(
+    *,
+    name: str,
+    run_dir: Path,
+    parent_pid: int,
+    threads: int,
+    spec: EngineSpec,
+    index: int,
+    control: Control,
+    handshake: StartupHandshake,
+    stats_queue: Any,
+) -> None:
+    """Collector process: bind, build its env shard and policy (warmed up), receive its slots, collect."""
+    with (
+        worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads),
+        quiet_if_stopped_during_boot(name),
+    ):
+        stats_queue.cancel_join_thread()  # never wait on the parent at exit
+        boot = BootTimeline(name)
+        place = spec.topology.collectors[index]
+        bind(place.cpus, place.numa_node)
+        seed(collector_seed(spec, index))
+        # On exit, in reverse: ring, weights, env; a failure is marked before any of it.
+        with (
+            contextlib.ExitStack() as cleanup,
+            reporting_failure(control, control.collector_slot(index), run_dir, name),
+        ):
+            env = spec.env_factory(place.env_stop - place.env_start, collector_seed(spec, index))
+            cleanup.callback(env.close)
+            boot.mark(f"env shard of {env.num_envs} envs built")
+            # Build and warm up (compile) the policy while the learner builds its agent: it needs only
+            # the dims, not the slots, and the learner's weights replace its random ones before release.
+            policy = _warmed_up_policy(spec, index, env.num_envs, boot)
+            payload: CollectorPayload = handshake.receive(
+                collector_name(index),
+                timeout_s=spec.options.boot_timeout_s,
+                should_stop=lambda: control.stop_requested,
+            )
+            boot.mark("ring and weight slots received from the learner")
+            reader = payload.weights.open_reader()
+            cleanup.callback(reader.close)
+            ring = payload.ring.open_producer()
+            cleanup.callback(ring.close)  # closes first: Note [CUDA-IPC teardown order]
+            collector = Collector(
+                settings=collector_settings(spec, index),
+                env=env,
+                ring=ring,
+                weights=reader,
+                policy=policy,
+                start_steps=control.collector_steps(index),
+                on_steps=lambda steps: control.set_collector_steps(index, steps),
+                on_gauges=lambda v, lag, fill: control.set_collector_gauges(
+                    index, version=v, lag=lag, ring_fill=fill
+                ),
+                on_snapshot=lambda snap: offer(stats_queue, snap),
+            )
+            if not collector.wait_for_weights(
+                spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
+            ):
+                raise HandshakeAborted(f"{name}: stop requested while waiting for the initial weights")
+            boot.mark(f"initial weights loaded (version {collector.version})")
+            handshake.report_ready(name)
+            handshake.wait_released(
+                timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
+            )
+            boot.mark("released (every worker ready)")
+            collector.run(should_stop=lambda: control.stop_requested)
+            _log.info("%s stopped at step %d (version %d)", name, collector.steps, collector.version)
+
+
+def _warmed_up_policy(spec: EngineSpec, index: int, num_envs: int, boot: BootTimeline) -> InferencePolicy:
+    """Collector ``index``'s policy on its inference device, called twice (compiled there on CUDA)."""
+    device = torch.device(spec.topology.collectors[index].inference_device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
+    compiled = cuda and spec.options.collector_compile
+    policy = InferencePolicy(
+        spec.dims, spec.agent, device=device, compile=compiled, amp=cuda and spec.options.collector_amp
+    )
+    for _ in range(2):  # warm-up: first calls compile / allocate
+        policy(torch.zeros(num_envs, spec.dims.obs_dim))
+    boot.mark(f"policy on {device} built and warmed up (compiled: {compiled})")
+    return policy

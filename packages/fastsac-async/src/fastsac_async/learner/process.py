@@ -1,0 +1,232 @@
+"""The learner process: bind, join the group, build the agent, open its ends, publish, then learn.
+
+It starts inside :func:`~fastsac_async.worker_process.worker_process` (parent-death tie, stop signals
+ignored, log redirect, traceback file) and binds itself first (CPUs, then memory policy), before any
+large allocation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fastsac_async.control import Control
+from fastsac_async.hosts import (
+    actor_digest,
+    init_host_group,
+    learner_rank,
+    learner_seed,
+    learner_world,
+)
+from fastsac_async.learner.collective import Collective, SoloCollective, TorchCollective
+from fastsac_async.learner.cpu_loan import compile_cpus
+from fastsac_async.learner.decider import TrainDecider
+from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
+from fastsac_async.learner.profiler import profile_iterations
+from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name, rendezvous_file
+from fastsac_async.stats import offer
+from fastsac_async.transport import LearnerEnds, RingOffer, WeightOffer
+from fastsac_async.worker_process import (
+    BootTimeline,
+    bind,
+    quiet_if_stopped_during_boot,
+    reporting_failure,
+    seed,
+    worker_process,
+)
+from fastsac_core import FastSACAgent, load_checkpoint
+from shm_transport import StartupHandshake
+
+__all__ = ["run_learner"]
+
+_log = logging.getLogger(__name__)
+
+
+def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Collective:
+    if learner_world(spec) == 1:
+        return SoloCollective()
+    import torch.distributed as dist
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if spec.hosts is not None:  # Note [learners across hosts]
+        init_host_group(spec, rank, backend, device if device.type == "cuda" else None)
+    else:
+        dist.init_process_group(
+            backend,
+            init_method=f"file://{rendezvous_file(spec.run_dir)}",
+            rank=rank,
+            world_size=spec.num_learners,
+            timeout=datetime.timedelta(seconds=spec.rendezvous_timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
+    place = spec.topology.learners[rank]
+    # NCCL init may reset the affinity: check it again.
+    if place.cpus is not None and os.sched_getaffinity(0) != set(place.cpus):
+        _log.warning("CPU affinity changed during process-group init; binding again")
+        bind(place.cpus, None)
+    return TorchCollective(device if backend == "nccl" else torch.device("cpu"))
+
+
+def run_learner(
+    *,
+    name: str,
+    run_dir: Path,
+    parent_pid: int,
+    threads: int,
+    spec: EngineSpec,
+    rank: int,
+    control: Control,
+    handshake: StartupHandshake,
+    stats_queue: Any,
+    ring_offers: dict[int, RingOffer],
+    weight_offers: dict[int, WeightOffer],
+) -> None:
+    """Learner process: bind, join the group, build the agent, ship slots, publish, then learn.
+
+    ``ring_offers`` and ``weight_offers`` hold this rank's collectors' transports (Note [transport by name]).
+    """
+    with (
+        worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads),
+        quiet_if_stopped_during_boot(name),
+    ):
+        stats_queue.cancel_join_thread()
+        boot = BootTimeline(name)
+        place = spec.topology.learners[rank]
+        bind(place.cpus, place.numa_node)
+        seed(learner_seed(spec, rank))
+        device = torch.device(place.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        collective = _init_process_group(spec, rank, device)
+        boot.mark(f"on {device}, rank {learner_rank(spec, rank)} of {learner_world(spec)} learner(s)")
+        agent, start_gstep, start_updates = _agent(spec, rank, device)
+        boot.mark(
+            "agent and replay buffer built" + (f", resumed at gstep {start_gstep}" if start_gstep else "")
+        )
+        own = spec.topology.collectors_of(rank)
+        with (
+            contextlib.ExitStack() as cleanup,
+            reporting_failure(control, control.learner_slot(rank), run_dir, name),
+        ):
+            # Runs last on the way out (first registered): the group outlives the rings' teardown.
+            if learner_world(spec) > 1:
+                cleanup.callback(_destroy_process_group)
+            ends = LearnerEnds(device, spec.shutdown_timeout_s)
+            cleanup.callback(ends.close)
+            payloads = [
+                (collector_name(c.index), ends.open(ring_offers[c.index], weight_offers[c.index]))
+                for c in own
+            ]
+            learner = _learner(spec, rank, agent, ends, collective, control, stats_queue, start_gstep)
+            learner.resume_at(start_gstep, start_updates)
+            # Weights first, then the slots: a collector's first poll finds the learner's actor (the
+            # checkpoint's, on a resume), never nothing.
+            learner.publish(wait=True)
+            for collector, payload in payloads:
+                handshake.ship(collector, payload)
+            boot.mark(f"initial weights published, slots shipped to {len(own)} collector(s)")
+            handshake.report_ready(name)
+            handshake.wait_released(
+                timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
+            )
+            boot.mark("released (every worker ready)")
+            run_learner_loop(learner, profile=profile_iterations(), name=name)
+            final = learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
+            if final is not None:
+                control.set_final_checkpoint(learner.gstep)  # before done: the parent reads it then
+            offer(stats_queue, learner.snapshot())
+            _log.info(
+                "%s done at gstep %d after %d updates (actor %s)",
+                name, learner.gstep, learner.updates, actor_digest(agent.flatten_actor_params()),
+            )  # fmt: skip
+            control.mark_learner_done(rank)
+            deadline = time.monotonic() + spec.shutdown_timeout_s
+            while not control.learners_released and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+
+def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAgent, int, int]:
+    """Rank ``rank``'s agent for its collectors' envs, with the gstep and update count it starts at."""
+    own = spec.topology.collectors_of(rank)
+    agent = FastSACAgent(
+        spec.dims,
+        spec.agent,
+        device,
+        num_envs=sum(c.env_stop - c.env_start for c in own),
+        world_size=learner_world(spec),
+        env_blocks=[c.env_stop - c.env_start for c in own] if spec.options.ingest == "ragged" else None,
+    )
+    if spec.resume_from is None:
+        return agent, 0, 0
+    # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
+    # indices and noise on every rank. The others keep their own seeds.
+    extra = load_checkpoint(spec.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
+    return agent, int(extra.get("iteration", 0)), int(extra.get("updates", 0))
+
+
+def _learner(
+    spec: EngineSpec,
+    rank: int,
+    agent: FastSACAgent,
+    ends: LearnerEnds,
+    collective: Collective,
+    control: Control,
+    stats_queue: Any,
+    start_gstep: int,
+) -> Learner:
+    """Rank ``rank``'s loop over its opened ends, wired to the shared counters and the stats queue."""
+    indices = [c.index for c in spec.topology.collectors_of(rank)]
+    budget = spec.num_iterations
+    return Learner(
+        rank=rank,
+        agent=agent,
+        rings=ends.rings,
+        writers=ends.writers,
+        decider=TrainDecider(
+            collective,
+            num_collectors=spec.num_collectors,
+            num_updates=spec.agent.num_updates,
+            learning_starts=spec.agent.learning_starts,
+            utd_mode=spec.options.utd_mode,
+            start_gstep=start_gstep,
+            max_run=spec.agent.num_updates * spec.options.max_ingest_per_iter,
+        ),
+        settings=LearnerSettings(
+            num_updates=spec.agent.num_updates,
+            weight_publish_interval=spec.options.weight_publish_interval,
+            max_ingest_per_iter=spec.options.max_ingest_per_iter,
+            idle_sleep_s=spec.options.idle_sleep_s,
+            logging_interval=spec.logging_interval,
+            save_interval=spec.save_interval,
+            ragged_ingest=spec.options.ingest == "ragged",
+            compile_cpus=compile_cpus(spec, rank),
+        ),
+        hooks=LearnerHooks(
+            collector_steps=control.total_collector_steps,
+            collectors_finished=lambda: all(control.collector_steps(i) >= budget for i in indices),
+            all_collectors_finished=lambda: all(steps >= budget for steps in control.all_collector_steps()),
+            stop_requested=lambda: control.stop_requested,
+            on_progress=lambda g, u: control.set_progress(global_step=g, updates=u),
+            on_snapshot=lambda snap: offer(stats_queue, snap),
+            # Only the run's rank 0 writes checkpoints (another host's local rank 0 does not).
+            checkpoint_path=(lambda g: checkpoint_file(spec.run_dir, g))
+            if learner_rank(spec, rank) == 0
+            else None,
+            checkpoint_extra=lambda g: {"collector_steps": control.all_collector_steps()},
+        ),
+        process_group=None,
+    )
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
