@@ -9,6 +9,7 @@ from shm_transport import (
     HostRing,
     RingLayout,
     RingLayoutError,
+    RingProducerHandle,
     SegmentError,
     TransitionRing,
     UnsupportedPlatformError,
@@ -46,6 +47,20 @@ def test_satisfies_protocol_and_names_segment(ring: HostRing) -> None:
     assert isinstance(ring, TransitionRing)
     assert ring.name.startswith(f"{default_prefix()}{os.getpid()}-")
     assert (seg.SHM_DIR / ring.name).exists()
+
+
+def test_the_producer_handle_opens_a_producer_end_of_the_same_ring(ring: HostRing) -> None:
+    """``producer_handle()`` pickles, and its ``open_producer()`` pushes into this ring; slots are on cpu."""
+    handle = pickle.loads(pickle.dumps(ring.producer_handle()))
+    assert isinstance(handle, RingProducerHandle)
+    producer = handle.open_producer()
+    try:
+        assert producer.device == ring.device == torch.device("cpu")
+        assert producer.push(_slot(7.0))
+        count, views = ring.read_span(4)
+        assert count == 1 and float(views["obs"][0, 0, 0]) == 7.0
+    finally:
+        producer.close(timeout_s=0.0)
 
 
 def test_full_ring_refuses_and_writes_nothing(ring: HostRing) -> None:

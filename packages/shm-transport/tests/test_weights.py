@@ -1,3 +1,4 @@
+import pickle
 import sys
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ from shm_transport import (
     SegmentError,
     WeightChannel,
     WeightReader,
+    WeightReaderHandle,
     WeightWriter,
 )
 
@@ -48,6 +50,33 @@ def test_publish_then_poll_loads_latest_once(channel: WeightChannel) -> None:
     assert reader.poll(params, extras) == 2
     assert params.eq(2.0).all() and extras["mean"].eq(2.0).all() and int(extras["count"]) == 2
     assert reader.poll(params, extras) is None and reader.lag == 0
+
+
+def test_the_reader_handle_opens_a_reader_that_closes_the_channel_it_attached(channel: WeightChannel) -> None:
+    """``reader_handle().open_reader()`` loads what was published; its ``close()`` closes its channel."""
+    writer = HostWeightWriter(channel)
+    assert writer.device == torch.device("cpu")
+    handle = pickle.loads(pickle.dumps(writer.reader_handle()))
+    assert isinstance(handle, WeightReaderHandle)
+    reader = handle.open_reader()
+    writer.publish(*_snapshot(3.0))
+    params, extras = _dst()
+    assert reader.poll(params, extras) == 1 and params.eq(3.0).all()
+    reader.close()
+    with pytest.raises(SegmentError, match="closed in this process"):
+        reader.published_version()
+    assert writer.publish(*_snapshot(4.0)) == 2, "the writer's own channel stays open"
+
+
+def test_a_channel_without_host_slots_refuses_a_host_reader() -> None:
+    """``open_reader()`` on a seq-only (CUDA-IPC) channel's handle fails with a message, attaching nothing."""
+    seq_only = WeightChannel.create(10, EXTRAS, host_slots=False)
+    try:
+        with pytest.raises(SegmentError, match="no host slots"):
+            seq_only.handle.open_reader()
+    finally:
+        seq_only.close()
+        seq_only.unlink()
 
 
 def test_write_in_progress_means_keep_current(channel: WeightChannel) -> None:

@@ -44,6 +44,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,11 +60,11 @@ __all__ = [
     "bind",
     "error_log_path",
     "log_path",
-    "quiet_if_stopped_during_boot",
     "record_failure",
     "reporting_failure",
     "seed",
     "stop_signals_blocked",
+    "worker_boot",
     "worker_environment",
     "worker_process",
 ]
@@ -239,12 +240,31 @@ def seed(value: int) -> None:
 
 
 @contextlib.contextmanager
-def quiet_if_stopped_during_boot(name: str) -> Iterator[None]:
-    """A stop request while this worker waits at the boot barrier ends it cleanly (exit 0, no error log)."""
-    try:
-        yield
-    except HandshakeAborted:
-        _log.info("%s: stop requested during start-up; exiting", name)
+def worker_boot(
+    *,
+    name: str,
+    run_dir: Path,
+    parent_pid: int,
+    threads: int,
+    cpus: tuple[int, ...] | None,
+    node: int | None,
+    seed_value: int,
+    stats_queue: Any,
+) -> Iterator[BootTimeline]:
+    """The start every worker body shares: :func:`worker_process`, then bind and seed; yields its timeline.
+
+    A stop request while the worker waits at the boot barrier (``HandshakeAborted``) ends it cleanly:
+    exit 0, no error log.
+    """
+    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+        try:
+            stats_queue.cancel_join_thread()  # never wait on the parent at exit
+            boot = BootTimeline(name)
+            bind(cpus, node)
+            seed(seed_value)
+            yield boot
+        except HandshakeAborted:
+            _log.info("%s: stop requested during start-up; exiting", name)
 
 
 def reporting_failure(

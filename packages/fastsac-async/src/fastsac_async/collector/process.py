@@ -1,8 +1,7 @@
-"""The collector process: bind, build its env shard and policy, open its ring and weights, collect.
+"""The collector process: bound and seeded, then its env shard, policy, ring and weights; collect.
 
-It starts inside :func:`~fastsac_async.worker_process.worker_process` (parent-death tie, stop signals
-ignored, log redirect, traceback file) and binds itself first (CPUs, then memory policy), before any
-large allocation.
+The policy is built and warmed up while the learner builds its agent; the ring and the weight reader
+open from the handles the learner ships (Note [transport by name] in ``fastsac_async.transport``).
 """
 
 from __future__ import annotations
@@ -20,14 +19,7 @@ from fastsac_async.hosts import collector_seed
 from fastsac_async.spec import EngineSpec, collector_name
 from fastsac_async.stats import offer
 from fastsac_async.transport import CollectorPayload
-from fastsac_async.worker_process import (
-    BootTimeline,
-    bind,
-    quiet_if_stopped_during_boot,
-    reporting_failure,
-    seed,
-    worker_process,
-)
+from fastsac_async.worker_process import BootTimeline, reporting_failure, worker_boot
 from fastsac_core import InferencePolicy
 from shm_transport import HandshakeAborted, StartupHandshake
 
@@ -63,61 +55,57 @@ def run_collector(
     stats_queue: Any,
 ) -> None:
     """Collector process: bind, build its env shard and policy (warmed up), receive its slots, collect."""
+    place = spec.topology.collectors[index]
+    # On exit, in reverse: ring, weights, env; a failure is marked before any of it.
     with (
-        worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads),
-        quiet_if_stopped_during_boot(name),
-    ):
-        stats_queue.cancel_join_thread()  # never wait on the parent at exit
-        boot = BootTimeline(name)
-        place = spec.topology.collectors[index]
-        bind(place.cpus, place.numa_node)
-        seed(collector_seed(spec, index))
-        # On exit, in reverse: ring, weights, env; a failure is marked before any of it.
-        with (
-            contextlib.ExitStack() as cleanup,
-            reporting_failure(control, control.collector_slot(index), run_dir, name),
+        worker_boot(
+            name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads, cpus=place.cpus,
+            node=place.numa_node, seed_value=collector_seed(spec, index), stats_queue=stats_queue,
+        ) as boot,
+        contextlib.ExitStack() as cleanup,
+        reporting_failure(control, control.collector_slot(index), run_dir, name),
+    ):  # fmt: skip
+        env = spec.env_factory(place.env_stop - place.env_start, collector_seed(spec, index))
+        cleanup.callback(env.close)
+        boot.mark(f"env shard of {env.num_envs} envs built")
+        # Build and warm up (compile) the policy while the learner builds its agent: it needs only
+        # the dims, not the slots, and the learner's weights replace its random ones before release.
+        policy = _warmed_up_policy(spec, index, env.num_envs, boot)
+        payload: CollectorPayload = handshake.receive(
+            collector_name(index),
+            timeout_s=spec.options.boot_timeout_s,
+            should_stop=lambda: control.stop_requested,
+        )
+        boot.mark("ring and weight slots received from the learner")
+        reader = payload.weights.open_reader()
+        cleanup.callback(reader.close)
+        ring = payload.ring.open_producer()
+        cleanup.callback(ring.close)  # closes first: Note [CUDA-IPC teardown order]
+        collector = Collector(
+            settings=collector_settings(spec, index),
+            env=env,
+            ring=ring,
+            weights=reader,
+            policy=policy,
+            start_steps=control.collector_steps(index),
+            on_steps=lambda steps: control.set_collector_steps(index, steps),
+            on_gauges=lambda v, lag, fill: control.set_collector_gauges(
+                index, version=v, lag=lag, ring_fill=fill
+            ),
+            on_snapshot=lambda snap: offer(stats_queue, snap),
+        )
+        if not collector.wait_for_weights(
+            spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
         ):
-            env = spec.env_factory(place.env_stop - place.env_start, collector_seed(spec, index))
-            cleanup.callback(env.close)
-            boot.mark(f"env shard of {env.num_envs} envs built")
-            # Build and warm up (compile) the policy while the learner builds its agent: it needs only
-            # the dims, not the slots, and the learner's weights replace its random ones before release.
-            policy = _warmed_up_policy(spec, index, env.num_envs, boot)
-            payload: CollectorPayload = handshake.receive(
-                collector_name(index),
-                timeout_s=spec.options.boot_timeout_s,
-                should_stop=lambda: control.stop_requested,
-            )
-            boot.mark("ring and weight slots received from the learner")
-            reader = payload.weights.open_reader()
-            cleanup.callback(reader.close)
-            ring = payload.ring.open_producer()
-            cleanup.callback(ring.close)  # closes first: Note [CUDA-IPC teardown order]
-            collector = Collector(
-                settings=collector_settings(spec, index),
-                env=env,
-                ring=ring,
-                weights=reader,
-                policy=policy,
-                start_steps=control.collector_steps(index),
-                on_steps=lambda steps: control.set_collector_steps(index, steps),
-                on_gauges=lambda v, lag, fill: control.set_collector_gauges(
-                    index, version=v, lag=lag, ring_fill=fill
-                ),
-                on_snapshot=lambda snap: offer(stats_queue, snap),
-            )
-            if not collector.wait_for_weights(
-                spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
-            ):
-                raise HandshakeAborted(f"{name}: stop requested while waiting for the initial weights")
-            boot.mark(f"initial weights loaded (version {collector.version})")
-            handshake.report_ready(name)
-            handshake.wait_released(
-                timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
-            )
-            boot.mark("released (every worker ready)")
-            collector.run(should_stop=lambda: control.stop_requested)
-            _log.info("%s stopped at step %d (version %d)", name, collector.steps, collector.version)
+            raise HandshakeAborted(f"{name}: stop requested while waiting for the initial weights")
+        boot.mark(f"initial weights loaded (version {collector.version})")
+        handshake.report_ready(name)
+        handshake.wait_released(
+            timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
+        )
+        boot.mark("released (every worker ready)")
+        collector.run(should_stop=lambda: control.stop_requested)
+        _log.info("%s stopped at step %d (version %d)", name, collector.steps, collector.version)
 
 
 def _warmed_up_policy(spec: EngineSpec, index: int, num_envs: int, boot: BootTimeline) -> InferencePolicy:

@@ -1,8 +1,7 @@
-"""The learner process: bind, join the group, build the agent, open its ends, publish, then learn.
+"""The learner process: bound and seeded, then its group, agent, rings and writers; publish, learn.
 
-It starts inside :func:`~fastsac_async.worker_process.worker_process` (parent-death tie, stop signals
-ignored, log redirect, traceback file) and binds itself first (CPUs, then memory policy), before any
-large allocation.
+Its collectors' rings and weight writers open from the parent's offers (Note [transport by name] in
+``fastsac_async.transport``); the initial weights go out before the slots are shipped.
 """
 
 from __future__ import annotations
@@ -33,14 +32,7 @@ from fastsac_async.learner.profiler import profile_iterations
 from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name, rendezvous_file
 from fastsac_async.stats import offer
 from fastsac_async.transport import LearnerEnds, RingOffer, WeightOffer
-from fastsac_async.worker_process import (
-    BootTimeline,
-    bind,
-    quiet_if_stopped_during_boot,
-    reporting_failure,
-    seed,
-    worker_process,
-)
+from fastsac_async.worker_process import bind, reporting_failure, worker_boot
 from fastsac_core import FastSACAgent, load_checkpoint
 from shm_transport import StartupHandshake
 
@@ -92,15 +84,11 @@ def run_learner(
 
     ``ring_offers`` and ``weight_offers`` hold this rank's collectors' transports (Note [transport by name]).
     """
-    with (
-        worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads),
-        quiet_if_stopped_during_boot(name),
-    ):
-        stats_queue.cancel_join_thread()
-        boot = BootTimeline(name)
-        place = spec.topology.learners[rank]
-        bind(place.cpus, place.numa_node)
-        seed(learner_seed(spec, rank))
+    place = spec.topology.learners[rank]
+    with worker_boot(
+        name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads, cpus=place.cpus,
+        node=place.numa_node, seed_value=learner_seed(spec, rank), stats_queue=stats_queue,
+    ) as boot:  # fmt: skip
         device = torch.device(place.device)
         if device.type == "cuda":
             torch.cuda.set_device(device)

@@ -5,8 +5,9 @@ The parent unlinks every segment name once all workers attached (Note [engine li
 things can outlive a parent that is SIGKILLed: the names of a run killed during boot, and torch's
 CUDA-IPC reference-count files (``/dev/shm/torch_<pid>_<n>_<k>``), which torch removes only when
 the sharing process exits normally. Nobody of the run is left to remove them: the workers die with
-the parent (``PR_SET_PDEATHSIG``). So the parent starts one janitor first, in a session of its own
-(a terminal's Ctrl+C or hang-up does not reach it), talking to it over a pipe:
+the parent (``PR_SET_PDEATHSIG``). So the parent starts one janitor first, detached from the
+terminal and the process group by ``setsid`` (a terminal's Ctrl+C or hang-up does not reach it),
+talking to it over a pipe:
 
 * ``pid N`` for every worker it spawns;
 * ``sem NAME`` for every POSIX semaphore the parent made for the run (its queues and handshake;
