@@ -1,6 +1,6 @@
 """One collector's loop, drivable in-process: wait for room, act, step, push, poll weights.
 
-The process entry point (:func:`fastsac_async.learner.process.run_collector`) builds a :class:`Collector`
+The process entry point (:func:`fastsac_async.collector.process.run_collector`) builds a :class:`Collector`
 around attached shared memory; unit tests build one around in-process rings and call
 :meth:`Collector.step_once`.
 """
