@@ -3,7 +3,8 @@
 Folders by role: ``collector/`` and ``learner/`` (each a loop drivable in-process and its process
 entry point), ``parent/`` (engine, monitor, supervisor, janitor); at the top the records every side
 shares (``config``, ``spec``, ``control``, ``stats``, ``exceptions``), the transport choice
-(``transport``), the worker process frame (``worker_process``) and the test doubles (``testing``).
+(``transport``), the worker process frame (``worker_process``), learners across hosts (``hosts``)
+and the test doubles (``testing``).
 
 Collector processes step env shards and push transitions into per-collector SPSC rings; learner
 ranks drain their collectors' rings into complete generations (or each ring into its own replay env
