@@ -21,6 +21,7 @@ from fastsac_async.profiling import PROFILE_ENV, profile_iterations, run_learner
 from fastsac_async.stats import LearnerSnapshot
 from fastsac_async.testing import FakeBatchedEnv
 from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy, ReplayBuffer
+from fastsac_core.testing import make_agent
 from shm_transport import HostRing, HostWeightReader, HostWeightWriter, WeightChannel, transition_layout
 from shm_transport._layout import FieldSpec
 
@@ -171,7 +172,7 @@ def test_a_stalled_ring_delays_only_its_generations(rings: Rings) -> None:
 
 
 def _agent(num_envs: int, *, shared_obs: bool = False) -> FastSACAgent:
-    return FastSACAgent(FakeBatchedEnv(1, 0, shared_obs=shared_obs).dims, CFG, "cpu", num_envs=num_envs)
+    return make_agent(FakeBatchedEnv(1, 0, shared_obs=shared_obs).dims, CFG, "cpu", num_envs=num_envs)
 
 
 @contextmanager

@@ -44,7 +44,7 @@ from fastsac_async.spec import (
 )
 from fastsac_async.stats import offer
 from fastsac_async.worker_process import BootTimeline, record_failure, worker_process
-from fastsac_core import FastSACAgent, InferencePolicy, load_checkpoint
+from fastsac_core import FastSACAgent, InferencePolicy, ReplayBuffer, load_checkpoint
 from numa_bind import bind_current_process
 from shm_transport import (
     CudaIpcProducerHandle,
@@ -286,14 +286,10 @@ def run_learner(
         collective = _init_process_group(spec, rank, device)
         boot.mark(f"on {device}, rank {learner_rank(spec, rank)} of {learner_world(spec)} learner(s)")
         own = spec.topology.collectors_of(rank)
-        agent = FastSACAgent(
-            spec.dims,
-            spec.agent,
-            device,
-            num_envs=sum(c.env_stop - c.env_start for c in own),
-            world_size=learner_world(spec),
-            env_blocks=[c.env_stop - c.env_start for c in own] if spec.options.ingest == "ragged" else None,
-        )
+        widths = [c.env_stop - c.env_start for c in own]
+        blocks = widths if spec.options.ingest == "ragged" else None
+        buffer = ReplayBuffer.of(spec.dims, spec.agent, sum(widths), device=device, blocks=blocks)
+        agent = FastSACAgent(spec.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec))
         start_gstep = start_updates = 0
         if spec.resume_from is not None:
             # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
