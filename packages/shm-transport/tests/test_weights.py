@@ -10,12 +10,11 @@ from shm_transport import (
     FieldSpec,
     HostWeightReader,
     HostWeightWriter,
-    RingLayoutError,
-    SegmentError,
     WeightChannel,
     WeightReader,
     WeightWriter,
 )
+from shm_transport.exceptions import RingLayoutError, SegmentError
 
 EXTRAS = {"mean": FieldSpec((3,), torch.float32), "count": FieldSpec((), torch.int64)}
 
