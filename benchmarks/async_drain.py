@@ -23,8 +23,8 @@ import torch
 from _harness import machine
 
 from fastsac_async import Ingestor
-from fastsac_core import ReplayBuffer
-from shm_transport import CudaIpcRing, HostRing, RingCursors, transition_layout
+from fastsac_core import ReplayBuffer, transition_fields
+from shm_transport import CudaIpcRing, HostRing, RingCursors, RingLayout
 
 
 def bench(
@@ -33,7 +33,7 @@ def bench(
 ) -> tuple[float, float]:  # fmt: skip
     """Median ms per batch and per run of ``slots`` batches (``critic=None``: the critic observes obs)."""
     width = envs // rings
-    layout = transition_layout(width, obs, critic, act)
+    layout = RingLayout.of(width, transition_fields(obs, critic, act))
     cursors: list[RingCursors] = []
     consumers: list[CudaIpcRing] = []
     host: list[HostRing] = []
@@ -52,7 +52,7 @@ def bench(
         flag = torch.zeros(width, dtype=torch.bool)
         fields = {
             "obs": torch.randn(width, obs), "actions": torch.randn(width, act), "rewards": torch.randn(width),
-            "dones": flag, "truncations": flag,
+            "terminated": flag, "truncated": flag,
         }  # fmt: skip
         if critic is not None:
             fields["critic_obs"] = torch.randn(width, critic)
@@ -124,7 +124,11 @@ def main() -> None:
                         envs, rings, args.slots, args.repeats, args.device, args.obs, critic, args.act,
                         transport, mode == "ragged",
                     )  # fmt: skip
-                    mb = args.slots * transition_layout(envs, args.obs, critic, args.act).slot_nbytes / 1e6
+                    mb = (
+                        args.slots
+                        * RingLayout.of(envs, transition_fields(args.obs, critic, args.act)).slot_nbytes
+                        / 1e6
+                    )
                     print(
                         f"{transport:>9} {mode:>11} {envs:>6} {rings:>5} {per_batch:>9.3f} {per_run:>8.3f} "
                         f"{mb:>7.1f}"

@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from _harness import machine
 
-from fastsac_core import EnvDims, FastSACAgent, FastSACConfig
+from fastsac_core import EnvDims, ExecutionPolicy, FastSACAgent, FastSACConfig, ReplayBuffer
 from trainer.tasks import TASKS
 
 HUMANOID = EnvDims(
@@ -62,22 +62,25 @@ def build(
         base, batch_size=batch_size, buffer_size=256, compile=compiled, cudagraphs=cudagraphs,
         cudagraph_scope=scope, amp=amp,
     )  # fmt: skip
-    agent = FastSACAgent(dims, cfg, device, num_envs=num_envs)
+    execution = ExecutionPolicy.choose(cfg, torch.device(device), 1)
     if compiled and device == "cpu":
         # The agent compiles on CUDA only; the benchmark also measures inductor on CPU.
-        agent._critic_fn, agent._actor_fn = agent._build_step_functions(True)
-        agent._accumulate_fn, agent._normalize_fn = agent._build_prepare_functions(not eager_prep)
+        execution = dataclasses.replace(execution, compile_steps=True, compile_prepare=not eager_prep)
     elif eager_prep:
-        agent._accumulate_fn, agent._normalize_fn = agent._build_prepare_functions(False)
+        execution = dataclasses.replace(execution, compile_prepare=False)
+    buffer = ReplayBuffer.of(dims, cfg, num_envs, device=device)
+    agent = FastSACAgent(dims, cfg, device, buffer=buffer, execution=execution)
     n = num_envs
     for _ in range(64):
         agent.buffer.extend(
-            torch.randn(n, dims.obs_dim, device=device),
-            torch.randn(n, dims.critic_obs_dim, device=device),
-            torch.rand(n, dims.act_dim, device=device) * 0.8 - 0.4,
-            torch.randn(n, device=device),
-            torch.rand(n, device=device) < 0.01,
-            torch.rand(n, device=device) < 0.01,
+            {
+                "obs": torch.randn(n, dims.obs_dim, device=device),
+                "critic_obs": torch.randn(n, dims.critic_obs_dim, device=device),
+                "actions": torch.rand(n, dims.act_dim, device=device) * 0.8 - 0.4,
+                "rewards": torch.randn(n, device=device),
+                "terminated": torch.rand(n, device=device) < 0.01,
+                "truncated": torch.rand(n, device=device) < 0.01,
+            }
         )
     return agent
 

@@ -132,11 +132,12 @@ def test_subprocess_error_is_one_line_without_traceback() -> None:
 
 def _saved_run(tmp_path: Path, args: list[str], iteration: int) -> Path:
     """A run folder holding one checkpoint of the agent ``args`` configure, at ``iteration``."""
-    from fastsac_core import FastSACAgent, save_checkpoint
+    from fastsac_core import save_checkpoint
+    from fastsac_core.testing import make_agent
     from trainer.arguments import composed
 
     run = composed(args).run
-    agent = FastSACAgent(run.dims, run.agent, "cpu", num_envs=run.config["task"]["num_envs"])
+    agent = make_agent(run.dims, run.agent, "cpu", num_envs=run.config["task"]["num_envs"])
     folder = tmp_path / "old"
     save_checkpoint(
         folder / "checkpoints" / f"model_{iteration:07d}.pt", agent, extra={"iteration": iteration}

@@ -9,7 +9,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from fastsac_core import FastSACAgent, save_checkpoint
+from fastsac_core import save_checkpoint
+from fastsac_core.testing import make_agent
 from trainer.config.exceptions import TrainerAppError
 from trainer.evaluate import eval_main, evaluate, load_policy
 from trainer.export import export_main
@@ -23,10 +24,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = get_task("pendulum")
     factory = spec.env_factory()
     dims = probe_dims(factory)
-    agent = FastSACAgent(dims, spec.agent_config(), "cpu", num_envs=2)
+    agent = make_agent(dims, spec.agent_config(), "cpu", num_envs=2)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        for param in agent.actor.parameters():
+        for param in agent.model.actor.parameters():
             param.add_(0.5 * torch.randn(param.shape, generator=generator))
     agent.obs_normalizer(3.0 * torch.randn(256, dims.obs_dim, generator=generator) + 1.0, update=True)
     folder = tmp_path_factory.mktemp("run")

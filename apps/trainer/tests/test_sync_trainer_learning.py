@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from fastsac_async.config import AsyncOptions
-from fastsac_core import FastSACAgent, load_checkpoint
+from fastsac_core import load_checkpoint
 from fastsac_core.env import BatchedEnv
+from fastsac_core.testing import make_agent
 from trainer.plan import RunPlan
 from trainer.reporting import Snapshot
 from trainer.sync_trainer import run_sync
@@ -103,7 +104,7 @@ def test_sync_trainer_learns_inverted_pendulum(tmp_path: Path) -> None:
     random_env = factory(EVAL_ENVS, 10_000)
     random_returns = first_episode_returns(random_env, lambda _: random_env.sample_actions(), limit)
 
-    agent = FastSACAgent(plan.dims, plan.agent, "cpu", num_envs=plan.num_envs)
+    agent = make_agent(plan.dims, plan.agent, "cpu", num_envs=plan.num_envs)
     assert result.last_checkpoint is not None
     load_checkpoint(result.last_checkpoint, agent)
 

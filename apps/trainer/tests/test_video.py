@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from fastsac_core import FastSACAgent, save_checkpoint
+from fastsac_core import save_checkpoint
+from fastsac_core.testing import make_agent
 from trainer.rendering import BACKENDS, RenderingError, _probe, select_gl
 from trainer.run_dir import CONFIG_FILE
 from trainer.tasks import get_task, probe_dims
@@ -52,9 +53,9 @@ def cheetah_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder with a HalfCheetah checkpoint (its episodes never end early) whose actor moves."""
     spec = get_task("halfcheetah")
     dims = probe_dims(spec.env_factory())
-    agent = FastSACAgent(dims, spec.agent_config(), "cpu", num_envs=1)
+    agent = make_agent(dims, spec.agent_config(), "cpu", num_envs=1)
     with torch.no_grad():
-        for param in agent.actor.parameters():
+        for param in agent.model.actor.parameters():
             param.add_(0.5 * torch.randn(param.shape, generator=torch.Generator().manual_seed(0)))
     folder = tmp_path_factory.mktemp("run")
     (folder / CONFIG_FILE).write_text(

@@ -17,7 +17,8 @@ from fastsac_async.parent.engine import EngineStats, run_engine
 from fastsac_async.parent.monitor import final_checkpoint
 from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads, rendezvous_file
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
-from fastsac_core import FastSACAgent, FastSACConfig, peek_checkpoint, save_checkpoint
+from fastsac_core import FastSACConfig, peek_checkpoint, save_checkpoint
+from fastsac_core.testing import make_agent
 from shm_transport import default_prefix
 from topology import LearnerPlacement
 
@@ -181,7 +182,7 @@ def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(
 def test_a_run_resumed_from_uneven_collector_steps_finishes(tmp_path: Path, learners: int) -> None:
     """A resume from uneven collector steps (as a stop leaves them) finishes and continues the count."""
     spec = _spec(tmp_path / "resumed", 2, learners, 12)
-    agent = FastSACAgent(spec.dims, CFG, "cpu", num_envs=8 // learners, world_size=learners)
+    agent = make_agent(spec.dims, CFG, "cpu", num_envs=8 // learners, world_size=learners)
     saved = save_checkpoint(
         checkpoint_file(tmp_path / "stopped", 5), agent,
         extra={"iteration": 5, "updates": 6, "collector_steps": [4, 7]},  # collector 1 was 3 steps ahead
@@ -243,10 +244,10 @@ def test_resumed_collectors_act_with_the_checkpoints_actor_from_their_first_step
     """
     factory = FirstActionsEnvFactory(folder=str(tmp_path))
     spec = dataclasses.replace(_spec(tmp_path / "run", 2, 1, 40), env_factory=factory)
-    agent = FastSACAgent(spec.dims, CFG, "cpu", num_envs=8)
+    agent = make_agent(spec.dims, CFG, "cpu", num_envs=8)
     with torch.no_grad():
-        agent.actor.fc_mean.bias.fill_(20.0)
-        agent.actor.fc_log_std.bias.fill_(-20.0)
+        agent.model.actor.fc_mean.bias.fill_(20.0)
+        agent.model.actor.fc_log_std.bias.fill_(-20.0)
     saved = save_checkpoint(
         checkpoint_file(tmp_path / "stopped", 5), agent,
         extra={"iteration": 5, "updates": 6, "collector_steps": [5, 5]},

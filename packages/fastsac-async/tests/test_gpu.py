@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from fastsac_async import AsyncOptions, EngineSpec, Ingestor, run_engine
+from fastsac_async.spec import weight_extras
 from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory
-from fastsac_core import FastSACConfig, ReplayBuffer
+from fastsac_core import FastSACConfig, ReplayBuffer, step_transition, transition_fields
 from numa_bind import discover_host
-from shm_transport import CudaIpcRing, HostRing, RingCursors, transition_layout
+from shm_transport import CudaIpcRing, HostRing, RingCursors, RingLayout
 from topology import resolve_trainer_topology
 
 pytestmark = pytest.mark.gpu
@@ -23,16 +24,13 @@ def _fill(ring: object, env: FakeBatchedEnv, steps: int) -> None:
     for _ in range(steps):
         a = env.sample_actions()
         r = env.step(a)
-        fields = {"obs": obs, "critic_obs": cobs, "actions": a, "rewards": r.rewards,
-                  "dones": r.terminated, "truncations": r.truncated}  # fmt: skip
-        names = ring.layout.names  # type: ignore[attr-defined]
-        assert ring.push({name: torch.from_numpy(fields[name]) for name in names})  # type: ignore[attr-defined]
+        critic = torch.from_numpy(cobs) if "critic_obs" in ring.layout.names else None  # type: ignore[attr-defined]
+        assert ring.push(step_transition(torch.from_numpy(obs), critic, torch.from_numpy(a), r))  # type: ignore[attr-defined]
         obs, cobs = r.obs.copy(), r.critic_obs.copy()
 
 
 def _contents(buffer: ReplayBuffer) -> list[torch.Tensor]:
-    return [t.cpu().nan_to_num(-7.0) for t in (buffer.obs, buffer.critic_obs, buffer.actions,
-                                               buffer.rewards, buffer.dones, buffer.truncations)]  # fmt: skip
+    return [t.cpu().nan_to_num(-7.0) for t in buffer.storage.values()]
 
 
 @pytest.mark.parametrize("ragged", [False, True], ids=["generations", "ragged"])
@@ -46,7 +44,7 @@ def test_cuda_ingest_equals_cpu_ingest(kind: str, shared_obs: bool, ragged: bool
     from its own written steps.
     """
     critic = None if shared_obs else OBS + 1
-    layout = transition_layout(3, OBS, critic, ACT)
+    layout = RingLayout.of(3, transition_fields(OBS, critic, ACT))
     cpu_rings = [HostRing.create(layout, 4) for _ in range(2)]
     cursors = [RingCursors.create(4) for _ in range(2)]
     cuda_rings: list[object] = []
@@ -138,20 +136,19 @@ def test_every_slot_of_a_delayed_ipc_copy_reaches_the_replay_before_done() -> No
     from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings
     from fastsac_core import FastSACAgent, InferencePolicy
     from shm_transport import HostWeightReader, HostWeightWriter, WeightChannel
-    from shm_transport._layout import FieldSpec
 
     budget, envs = 6, 4
     cfg = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=8,
                         buffer_size=16, num_updates=1, learning_starts=2, compile=False, cudagraphs=False,
                         amp=False)  # fmt: skip
     env = FakeBatchedEnv(envs, seed=1)
-    layout = transition_layout(envs, OBS, OBS + 1, ACT)
+    layout = RingLayout.of(envs, transition_fields(OBS, OBS + 1, ACT))
     cursors = RingCursors.create(8)
     consumer = CudaIpcRing.create_consumer(layout, 8, "cuda:0", cursors.handle)
     producer = CudaIpcRing.attach_producer(consumer.producer_handle())
-    agent = FastSACAgent(env.dims, cfg, "cuda:0", num_envs=envs, env_blocks=[envs])
-    extras = {"obs_mean": FieldSpec((OBS,), torch.float32), "obs_std": FieldSpec((OBS,), torch.float32),
-              "obs_count": FieldSpec((1,), torch.float32)}  # fmt: skip
+    buffer = ReplayBuffer.of(env.dims, cfg, envs, device="cuda:0", blocks=[envs])
+    agent = FastSACAgent(env.dims, cfg, "cuda:0", buffer=buffer)
+    extras = weight_extras(env.dims)
     channel = WeightChannel.create(agent.actor_param_numel(), extras)
     try:
         collector = Collector(

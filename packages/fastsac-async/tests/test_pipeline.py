@@ -18,11 +18,19 @@ from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.learner.ingest import Ingestor
 from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
 from fastsac_async.learner.profiler import PROFILE_ENV, profile_iterations
+from fastsac_async.spec import weight_extras
 from fastsac_async.stats import LearnerSnapshot
 from fastsac_async.testing import FakeBatchedEnv
-from fastsac_core import FastSACAgent, FastSACConfig, InferencePolicy, ReplayBuffer
-from shm_transport import HostRing, HostWeightReader, HostWeightWriter, WeightChannel, transition_layout
-from shm_transport._layout import FieldSpec
+from fastsac_core import (
+    FastSACAgent,
+    FastSACConfig,
+    InferencePolicy,
+    ReplayBuffer,
+    step_transition,
+    transition_fields,
+)
+from fastsac_core.testing import make_agent
+from shm_transport import HostRing, HostWeightReader, HostWeightWriter, RingLayout, WeightChannel
 
 OBS, ACT = 5, 2
 CFG = FastSACConfig(
@@ -39,7 +47,7 @@ class Rings:
 
     def make(self, num_envs: int, capacity: int, *, shared_obs: bool = False) -> HostRing:
         critic = None if shared_obs else OBS + 1
-        ring = HostRing.create(transition_layout(num_envs, OBS, critic, ACT), capacity)
+        ring = HostRing.create(RingLayout.of(num_envs, transition_fields(OBS, critic, ACT)), capacity)
         self.rings.append(ring)
         return ring
 
@@ -61,11 +69,8 @@ def _push_steps(env: FakeBatchedEnv, ring: HostRing, steps: int) -> None:
     for _ in range(steps):
         actions = env.sample_actions()
         res = env.step(actions)
-        fields = {
-            "obs": obs, "critic_obs": cobs, "actions": actions, "rewards": res.rewards,
-            "dones": res.terminated, "truncations": res.truncated,
-        }  # fmt: skip
-        ok = ring.push({name: torch.from_numpy(fields[name]) for name in ring.layout.names})
+        critic = torch.from_numpy(cobs) if "critic_obs" in ring.layout.names else None
+        ok = ring.push(step_transition(torch.from_numpy(obs), critic, torch.from_numpy(actions), res))
         assert ok
         obs, cobs = res.obs.copy(), res.critic_obs.copy()
 
@@ -75,7 +80,7 @@ def _buffer(num_envs: int, *, shared_obs: bool = False) -> ReplayBuffer:
 
 
 def _storage(buffer: ReplayBuffer) -> list[torch.Tensor]:
-    return [buffer.obs, buffer.critic_obs, buffer.actions, buffer.rewards, buffer.dones, buffer.truncations]
+    return list(buffer.storage.values())
 
 
 @pytest.mark.parametrize("ragged", [False, True], ids=["generations", "ragged"])
@@ -101,21 +106,14 @@ def test_sharded_rings_fill_the_replay_exactly_like_one_full_ring(
     try:
         pushed = [0] * shards
         # Rebuild the data from the already-ingested single buffer (ground truth) slot by slot.
-        truth = _storage(one.buffer)
+        truth = one.buffer.storage
         order = [0, 0, 1, 2, 2, 2, 1, 0] * 20
         for i in order:
             if pushed[i] >= steps:
                 continue
             t = pushed[i]
             lo, hi = 2 * i, 2 * i + 2
-            names = ["obs", "critic_obs", "actions", "rewards", "dones", "truncations"]
-            ok = shard_rings[i].push(
-                {
-                    name: truth[j][t, lo:hi]
-                    for j, name in enumerate(names)
-                    if name in shard_rings[i].layout.names
-                }
-            )
+            ok = shard_rings[i].push({name: truth[name][t, lo:hi] for name in shard_rings[i].layout.names})
             if ok:
                 pushed[i] += 1
             many.drain()
@@ -142,7 +140,9 @@ def test_ragged_ingest_never_holds_a_fast_ring_for_a_stalled_one(rings: Rings) -
     assert buffer.block_written == (4, 0, 4) and ing.held() == 0
     _push_steps(envs[1], slow, 3)
     assert ing.drain() == 3 and buffer.block_written == (4, 3, 4)
-    assert buffer.obs[2, 2:4, 0].tolist() == [1.0, 1.0], "the slow ring's shard sits in env block 1"
+    assert buffer.storage["obs"][2, 2:4, 0].tolist() == [1.0, 1.0], (
+        "the slow ring's shard sits in env block 1"
+    )
 
 
 def test_ragged_ingest_needs_one_block_per_ring(rings: Rings) -> None:
@@ -167,11 +167,13 @@ def test_a_stalled_ring_delays_only_its_generations(rings: Rings) -> None:
     assert ing.drain() == 3
     assert len(ing.buffer) == 3
     assert all(r.size() == 1 for r in fast) and slow.size() == 0
-    assert ing.buffer.obs[2, 2:4, 0].tolist() == [1.0, 1.0], "slow ring's shard sits in env block 1"
+    assert ing.buffer.storage["obs"][2, 2:4, 0].tolist() == [1.0, 1.0], (
+        "slow ring's shard sits in env block 1"
+    )
 
 
 def _agent(num_envs: int, *, shared_obs: bool = False) -> FastSACAgent:
-    return FastSACAgent(FakeBatchedEnv(1, 0, shared_obs=shared_obs).dims, CFG, "cpu", num_envs=num_envs)
+    return make_agent(FakeBatchedEnv(1, 0, shared_obs=shared_obs).dims, CFG, "cpu", num_envs=num_envs)
 
 
 @contextmanager
@@ -180,9 +182,8 @@ def _in_process_pair(
 ) -> Iterator[tuple[Collector, Learner, list[LearnerSnapshot]]]:
     """One collector (budget 12) and one strict learner over one host ring and one weight channel."""
     ring = rings.make(4, 8, shared_obs=shared_obs)
-    extras = {"obs_mean": FieldSpec((OBS,), torch.float32), "obs_std": FieldSpec((OBS,), torch.float32),
-              "obs_count": FieldSpec((1,), torch.float32)}  # fmt: skip
     agent = _agent(4, shared_obs=shared_obs)
+    extras = weight_extras(agent.dims)
     channel = WeightChannel.create(agent.actor_param_numel(), extras)
     try:
         env = FakeBatchedEnv(4, seed=1, shared_obs=shared_obs)
@@ -323,18 +324,15 @@ def test_one_ring_fills_the_replay_exactly_like_the_synchronous_loop(rings: Ring
             actions = env.sample_actions()
             res = env.step(actions)
             assert ring.push(
-                {"obs": torch.from_numpy(env_obs), "critic_obs": torch.from_numpy(env_cobs),
-                 "actions": torch.from_numpy(actions), "rewards": torch.from_numpy(res.rewards),
-                 "dones": torch.from_numpy(res.terminated), "truncations": torch.from_numpy(res.truncated)}
-            )  # fmt: skip
+                step_transition(
+                    torch.from_numpy(env_obs), torch.from_numpy(env_cobs), torch.from_numpy(actions), res
+                )
+            )
             env_obs, env_cobs = res.obs.copy(), res.critic_obs.copy()
             twin_actions = twin.sample_actions()
             twin_res = twin.step(twin_actions)
-            reference.extend(
-                torch.from_numpy(obs), torch.from_numpy(cobs), torch.from_numpy(twin_actions),
-                torch.from_numpy(twin_res.rewards), torch.from_numpy(twin_res.terminated),
-                torch.from_numpy(twin_res.truncated),
-            )  # fmt: skip
+            held = (torch.from_numpy(obs), torch.from_numpy(cobs), torch.from_numpy(twin_actions))
+            reference.extend(step_transition(*held, twin_res))
             obs, cobs = twin_res.obs.copy(), twin_res.critic_obs.copy()
             pushed += 1
         ingestor.drain()

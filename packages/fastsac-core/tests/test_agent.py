@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -12,12 +13,13 @@ import torch
 from fastsac_core import (
     ConfigError,
     EnvDims,
+    ExecutionPolicy,
     FastSACAgent,
     InferencePolicy,
     load_checkpoint,
     save_checkpoint,
 )
-from fastsac_core.testing import TINY_DIMS, TINY_SHARED_DIMS, tiny_config
+from fastsac_core.testing import TINY_DIMS, TINY_SHARED_DIMS, make_agent, tiny_config
 
 BANDIT = EnvDims(obs_dim=2, critic_obs_dim=2, act_dim=2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
 BEST_ACTION = torch.tensor([0.5, -0.3])
@@ -25,22 +27,24 @@ BEST_ACTION = torch.tensor([0.5, -0.3])
 
 def _fill(agent: FastSACAgent, steps: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
-    n, dims = agent.num_envs, agent.dims
+    n, dims = agent.buffer.num_envs, agent.dims
     for _ in range(steps):
         agent.buffer.extend(
-            torch.randn(n, dims.obs_dim, generator=g) * 2 + 1,
-            torch.randn(n, dims.critic_obs_dim, generator=g),
-            torch.rand(n, dims.act_dim, generator=g) * 2 - 1,
-            torch.randn(n, generator=g),
-            torch.rand(n, generator=g) < 0.05,
-            torch.rand(n, generator=g) < 0.05,
+            {
+                "obs": torch.randn(n, dims.obs_dim, generator=g) * 2 + 1,
+                "critic_obs": torch.randn(n, dims.critic_obs_dim, generator=g),
+                "actions": torch.rand(n, dims.act_dim, generator=g) * 2 - 1,
+                "rewards": torch.randn(n, generator=g),
+                "terminated": torch.rand(n, generator=g) < 0.05,
+                "truncated": torch.rand(n, generator=g) < 0.05,
+            }
         )
 
 
 def test_update_returns_detached_finite_metrics() -> None:
     """update() returns the six named metrics as finite, detached scalar tensors."""
     torch.manual_seed(0)
-    agent = FastSACAgent(TINY_DIMS, tiny_config(), "cpu", num_envs=4)
+    agent = make_agent(TINY_DIMS, tiny_config(), "cpu", num_envs=4)
     _fill(agent, 20, seed=1)
     metrics = agent.update(4)
     assert set(metrics) == {"qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max"}
@@ -52,7 +56,7 @@ def test_actor_schedule_and_target_update() -> None:
     """Critics and alpha step every update, the actor every policy_frequency-th, targets move by tau."""
     torch.manual_seed(0)
     cfg = tiny_config(policy_frequency=4, tau=0.5)
-    agent = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=4)
+    agent = make_agent(TINY_DIMS, cfg, "cpu", num_envs=4)
     _fill(agent, 20, seed=2)
     agent.update(3)
     agent.update(5)  # the gate counts across calls: 8 critic updates -> actor after updates 1 and 5
@@ -60,17 +64,25 @@ def test_actor_schedule_and_target_update() -> None:
     def steps(opt: torch.optim.Optimizer) -> int:
         return int(next(iter(opt.state.values()))["step"])
 
-    assert (steps(agent.critic_optimizer), steps(agent.alpha_optimizer), steps(agent.actor_optimizer)) == (
+    assert (
+        steps(agent.model.critic_optimizer),
+        steps(agent.model.alpha_optimizer),
+        steps(agent.model.actor_optimizer),
+    ) == (
         8,
         8,
         2,
     )
     assert agent.update_idx == 8
-    before_target = [p.clone() for p in agent.qf_target.parameters()]
-    before_online = [p.detach().clone() for p in agent.qf.parameters()]
+    before_target = [p.clone() for p in agent.model.qf_target.parameters()]
+    before_online = [p.detach().clone() for p in agent.model.qf.parameters()]
     agent.update(1)
     for t0, o0, t1, o1 in zip(
-        before_target, before_online, agent.qf_target.parameters(), agent.qf.parameters(), strict=True
+        before_target,
+        before_online,
+        agent.model.qf_target.parameters(),
+        agent.model.qf.parameters(),
+        strict=True,
     ):
         torch.testing.assert_close(t1, t0 + 0.5 * (o1.detach() - t0))
         assert not torch.equal(o1, o0)
@@ -79,12 +91,12 @@ def test_actor_schedule_and_target_update() -> None:
 def test_invalid_rows_do_not_train_the_critic() -> None:
     """A batch whose rows all have valid=0 leaves the critic's loss gradient at zero."""
     torch.manual_seed(0)
-    agent = FastSACAgent(TINY_DIMS, tiny_config(weight_decay=0.0), "cpu", num_envs=4)
+    agent = make_agent(TINY_DIMS, tiny_config(weight_decay=0.0), "cpu", num_envs=4)
     _fill(agent, 10, seed=3)
     batch = agent.buffer.sample(16)
-    before = [p.detach().clone() for p in agent.qf.parameters()]
+    before = [p.detach().clone() for p in agent.model.qf.parameters()]
     agent.update_on_batch(batch._replace(valid=torch.zeros_like(batch.valid)), 1)
-    for b, p in zip(before, agent.qf.parameters(), strict=True):
+    for b, p in zip(before, agent.model.qf.parameters(), strict=True):
         assert torch.equal(b, p)
 
 
@@ -101,14 +113,17 @@ def test_actor_finds_the_best_action_of_a_bandit() -> None:
         critic_lr=3e-3,
         critic_hidden_dim=64,
     )
-    agent = FastSACAgent(BANDIT, cfg, "cpu", num_envs=16)
+    agent = make_agent(BANDIT, cfg, "cpu", num_envs=16)
     g = torch.Generator().manual_seed(5)
     for _ in range(64):
         obs = torch.randn(16, 2, generator=g)
         actions = torch.rand(16, 2, generator=g) * 2 - 1
         rewards = -((actions - BEST_ACTION) ** 2).sum(-1)
         ones = torch.ones(16, dtype=torch.bool)
-        agent.buffer.extend(obs, obs, actions, rewards, ones, ~ones)
+        agent.buffer.extend(
+            {"obs": obs, "critic_obs": obs, "actions": actions, "rewards": rewards, "terminated": ones,
+             "truncated": ~ones}
+        )  # fmt: skip
     probe = torch.randn(32, 2, generator=g)
     start = (agent.act(probe, deterministic=True) - BEST_ACTION).norm(dim=-1).mean()
     losses = [agent.update(4)["qf_loss"] for _ in range(150)]
@@ -124,7 +139,7 @@ def test_flat_actor_params_and_inference_policy() -> None:
     """Flatten/load round-trips the actor, and InferencePolicy acts exactly like agent.act."""
     torch.manual_seed(0)
     cfg = tiny_config()
-    agent = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=4)
+    agent = make_agent(TINY_DIMS, cfg, "cpu", num_envs=4)
     _fill(agent, 20, seed=4)
     agent.update(4)
     flat = agent.flatten_actor_params()
@@ -135,7 +150,7 @@ def test_flat_actor_params_and_inference_policy() -> None:
     policy.load_flat(flat, agent.policy_extras())
     obs = torch.randn(10, TINY_DIMS.obs_dim) * 3
     assert torch.equal(policy(obs), agent.act(obs, deterministic=True))
-    other = FastSACAgent(TINY_DIMS, cfg, "cpu", num_envs=4)
+    other = make_agent(TINY_DIMS, cfg, "cpu", num_envs=4)
     other.load_actor_params(flat)
     assert torch.equal(other.flatten_actor_params(), flat)
     with pytest.raises(ConfigError, match="has 3 elements"):
@@ -145,7 +160,7 @@ def test_flat_actor_params_and_inference_policy() -> None:
 def test_config_errors_name_the_setting() -> None:
     """A batch too small for the envs and ranks is refused with the numbers and a fix."""
     with pytest.raises(ConfigError, match=r"batch_size=8 .* world_size=1 and num_envs=16"):
-        FastSACAgent(TINY_DIMS, tiny_config(batch_size=8), "cpu", num_envs=16)
+        make_agent(TINY_DIMS, tiny_config(batch_size=8), "cpu", num_envs=16)
 
 
 @pytest.mark.gpu
@@ -160,7 +175,7 @@ def test_compiled_cuda_steps_match_eager() -> None:
     for compile_ in (False, True):
         torch.manual_seed(0)
         cfg = tiny_config(compile=compile_, cudagraphs=compile_, cudagraph_scope="regions", amp=False)
-        agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+        agent = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
         g = torch.Generator().manual_seed(1)
         for _ in range(3):
             batch, noise = random_batch(256, TINY_DIMS, g), random_noise(256, TINY_DIMS, g)
@@ -177,7 +192,7 @@ def test_bf16_compiled_update_runs_and_policy_on_cuda(scope: Literal["regions", 
     """Compiled bf16 updates with CUDA graphs of either scope train finitely; a CUDA policy acts in bounds."""
     torch.manual_seed(0)
     cfg = tiny_config(compile=True, cudagraphs=True, cudagraph_scope=scope, amp=True)
-    agent = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    agent = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
     _fill(agent, 20, seed=6)
     for _ in range(5):
         metrics = agent.update(4)
@@ -203,11 +218,11 @@ def test_compiled_batch_preparation_matches_eager(device: str, shared: bool) -> 
     torch._dynamo.reset()
     counters.clear()
     dims = TINY_SHARED_DIMS if shared else TINY_DIMS
-    eager = FastSACAgent(dims, tiny_config(), device, num_envs=4)
-    # compile=True compiles the preparation on CUDA by itself; on CPU the agent stays eager, so build it.
-    compiled = FastSACAgent(dims, tiny_config(compile=True, cudagraphs=False), device, num_envs=4)
-    if device == "cpu":
-        compiled._accumulate_fn, compiled._normalize_fn = compiled._build_prepare_functions(True)
+    eager = make_agent(dims, tiny_config(), device, num_envs=4)
+    # compile=True compiles the preparation on CUDA by itself; on CPU the agent stays eager, so ask for it.
+    cfg = tiny_config(compile=True, cudagraphs=False)
+    chosen = ExecutionPolicy.choose(cfg, torch.device(device), 1)
+    compiled = make_agent(dims, cfg, device, num_envs=4, execution=replace(chosen, compile_prepare=True))
     g = torch.Generator().manual_seed(3)
     for _ in range(3):  # the statistics move between calls: each call normalises with the merged ones
         batch = random_batch(128, dims, g)
@@ -226,7 +241,7 @@ def test_compiled_batch_preparation_matches_eager(device: str, shared: bool) -> 
 
 def test_a_critic_that_observes_obs_shares_normalizer_and_storage(tmp_path: Path) -> None:
     """critic_obs_is_obs: one normalizer fed once, critic fields = obs fields, trains, checkpoints."""
-    agent = FastSACAgent(TINY_SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
+    agent = make_agent(TINY_SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
     assert agent.critic_obs_normalizer is agent.obs_normalizer and agent.normalizers == [agent.obs_normalizer]
     assert agent.buffer.shared_obs
     _fill(agent, 20, seed=2)
@@ -237,10 +252,12 @@ def test_a_critic_that_observes_obs_shares_normalizer_and_storage(tmp_path: Path
         metrics = agent.update(4)
     assert all(bool(torch.isfinite(v)) for v in metrics.values())
     path = save_checkpoint(tmp_path / "shared.pt", agent, include_buffer=True)
-    resumed = FastSACAgent(TINY_SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
+    resumed = make_agent(TINY_SHARED_DIMS, tiny_config(), "cpu", num_envs=4)
     load_checkpoint(path, resumed)
     assert torch.equal(resumed.obs_normalizer.mean, agent.obs_normalizer.mean)
-    assert torch.equal(resumed.buffer.obs.nan_to_num(-7.0), agent.buffer.obs.nan_to_num(-7.0))
+    assert torch.equal(
+        resumed.buffer.storage["obs"].nan_to_num(-7.0), agent.buffer.storage["obs"].nan_to_num(-7.0)
+    )
 
 
 def test_critic_obs_is_obs_needs_equal_widths() -> None:

@@ -10,23 +10,25 @@ import pytest
 import torch
 
 from fastsac_core import CheckpointError, FastSACAgent, load_checkpoint, peek_checkpoint, save_checkpoint
-from fastsac_core.testing import TINY_DIMS, tiny_config
+from fastsac_core.testing import TINY_DIMS, make_agent, tiny_config
 
 
 def _agent(**overrides: object) -> FastSACAgent:
-    return FastSACAgent(TINY_DIMS, tiny_config(**overrides), "cpu", num_envs=4)
+    return make_agent(TINY_DIMS, tiny_config(**overrides), "cpu", num_envs=4)
 
 
 def _feed(agent: FastSACAgent, steps: int) -> None:
-    n = agent.num_envs
+    n = agent.buffer.num_envs
     for _ in range(steps):  # the global RNG drives the data, so the RNG state matters for a resume
         agent.buffer.extend(
-            torch.randn(n, 6),
-            torch.randn(n, 8),
-            torch.rand(n, 3),
-            torch.randn(n),
-            torch.rand(n) < 0.1,
-            torch.rand(n) < 0.1,
+            {
+                "obs": torch.randn(n, 6),
+                "critic_obs": torch.randn(n, 8),
+                "actions": torch.rand(n, 3),
+                "rewards": torch.randn(n),
+                "terminated": torch.rand(n) < 0.1,
+                "truncated": torch.rand(n) < 0.1,
+            }
         )
 
 
@@ -39,8 +41,8 @@ def _train(agent: FastSACAgent, calls: int) -> list[dict[str, torch.Tensor]]:
 
 
 def _params(agent: FastSACAgent) -> list[torch.Tensor]:
-    modules = (agent.actor, agent.qf, agent.qf_target)
-    return [p.detach() for m in modules for p in m.parameters()] + [agent.log_alpha.detach()]
+    modules = (agent.model.actor, agent.model.qf, agent.model.qf_target)
+    return [p.detach() for m in modules for p in m.parameters()] + [agent.model.log_alpha.detach()]
 
 
 def test_resume_is_bit_identical(tmp_path: Path) -> None:
@@ -102,6 +104,6 @@ def test_missing_corrupt_and_incompatible_checkpoints(tmp_path: Path) -> None:
         CheckpointError, match=r"qf\.linears\.0\.weight has shape \(2, 11, 32\) .* \(2, 11, 64\)"
     ):
         load_checkpoint(tmp_path / "good.pt", wider)
-    more_envs = FastSACAgent(TINY_DIMS, tiny_config(), "cpu", num_envs=8)
+    more_envs = make_agent(TINY_DIMS, tiny_config(), "cpu", num_envs=8)
     with pytest.raises(CheckpointError, match="num_envs=4"):
         load_checkpoint(tmp_path / "good.pt", more_envs)

@@ -13,7 +13,7 @@ class Keep(logging.Handler):
         seen.append(record.getMessage())
 logging.getLogger("torch._dynamo.variables.ctx_manager").addHandler(Keep())
 if sys.argv[1] == "quiet":
-    from fastsac_core._agent import quiet_compile_notices
+    from fastsac_core._steps import quiet_compile_notices
     quiet_compile_notices()
 p = torch.nn.Parameter(torch.ones(3))
 opt = torch.optim.AdamW([p], lr=1e-3)

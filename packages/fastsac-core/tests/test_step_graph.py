@@ -5,9 +5,16 @@ import pytest
 import torch
 
 from fastsac_core import FastSACAgent
-from fastsac_core._replay import Batch, distinct_tensors
+from fastsac_core._batch import Batch, distinct_tensors
 from fastsac_core._step_graph import StepGraph, _flatten, _rebuild
-from fastsac_core.testing import TINY_DIMS, TINY_SHARED_DIMS, random_batch, random_noise, tiny_config
+from fastsac_core.testing import (
+    TINY_DIMS,
+    TINY_SHARED_DIMS,
+    make_agent,
+    random_batch,
+    random_noise,
+    tiny_config,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -63,9 +70,9 @@ def test_step_graph_refuses_a_cpu_device_with_the_fix() -> None:
 
 def test_step_scope_on_cpu_keeps_the_eager_steps() -> None:
     """cudagraph_scope='step' on a CPU agent changes nothing: eager steps, non-capturable optimizers."""
-    agent = FastSACAgent(TINY_DIMS, tiny_config(cudagraph_scope="step"), "cpu", num_envs=4)
-    assert not isinstance(agent._critic_fn, StepGraph)
-    assert not agent.critic_optimizer.param_groups[0]["capturable"]
+    agent = make_agent(TINY_DIMS, tiny_config(cudagraph_scope="step"), "cpu", num_envs=4)
+    assert not isinstance(agent.steps.critic, StepGraph)
+    assert not agent.model.critic_optimizer.param_groups[0]["capturable"]
 
 
 def _train(agent: FastSACAgent, calls: int, seed: int, rows: int = 256) -> dict[str, torch.Tensor]:
@@ -88,11 +95,11 @@ def test_whole_step_graphs_match_eager_steps(compile_: bool, shared: bool) -> No
         torch.manual_seed(0)
         cfg = tiny_config(compile=compile_ and scope == "step", cudagraphs=scope == "step",
                           cudagraph_scope=scope, amp=False)  # fmt: skip
-        agent = FastSACAgent(dims, cfg, "cuda", num_envs=4)
+        agent = make_agent(dims, cfg, "cuda", num_envs=4)
         metrics = _train(agent, 6, seed=1)  # 24 critic and 12 actor steps: warmup 3, then replays
         if scope == "step":
-            assert isinstance(agent._critic_fn, StepGraph) and agent._critic_fn.captured
-            assert isinstance(agent._actor_fn, StepGraph) and agent._actor_fn.captured
+            assert isinstance(agent.steps.critic, StepGraph) and agent.steps.critic.captured
+            assert isinstance(agent.steps.actor, StepGraph) and agent.steps.actor.captured
         metrics = _train(agent, 3, seed=2, rows=128)  # other shapes: warm-up and capture again
         results.append((agent.flatten_actor_params().cpu(), {k: v.cpu() for k, v in metrics.items()}))
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-3, atol=1e-4)
@@ -105,20 +112,20 @@ def test_whole_step_graphs_capture_again_after_a_state_load() -> None:
     """After load_state_dict the graphs re-capture: training continues exactly like the saved agent."""
     cfg = tiny_config(compile=False, cudagraphs=True, cudagraph_scope="step", amp=False)
     torch.manual_seed(0)
-    saved = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    saved = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
     _train(saved, 5, seed=2)
     file = io.BytesIO()  # a copy, as a checkpoint is: state_dict() shares the optimizers' live tensors
     torch.save(saved.state_dict(), file)
     file.seek(0)
     state = torch.load(file, weights_only=False)
     torch.manual_seed(1)
-    loaded = FastSACAgent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    loaded = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
     _train(loaded, 5, seed=3)  # its own graphs, captured on its own optimizer state
     loaded.load_state_dict(state)
     _train(saved, 5, seed=4)
     _train(loaded, 5, seed=4)
     pairs = [(saved.flatten_actor_params(), loaded.flatten_actor_params())]
-    pairs += list(zip(saved.qf.parameters(), loaded.qf.parameters(), strict=True))
+    pairs += list(zip(saved.model.qf.parameters(), loaded.model.qf.parameters(), strict=True))
     for a, b in pairs:
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # scatter_add's atomics: not bit-exact
 
@@ -127,17 +134,18 @@ def test_whole_step_graphs_capture_again_after_a_state_load() -> None:
 def test_bf16_compiled_whole_step_graphs_train_finitely() -> None:
     """The candidate default (compile, whole-step graphs, bf16) trains finitely from the replay buffer."""
     torch.manual_seed(0)
-    agent = FastSACAgent(TINY_DIMS, tiny_config(compile=True, cudagraph_scope="step", amp=True), "cuda",
+    agent = make_agent(TINY_DIMS, tiny_config(compile=True, cudagraph_scope="step", amp=True), "cuda",
                          num_envs=4)  # fmt: skip
     g = torch.Generator().manual_seed(5)
     for _ in range(20):
-        agent.buffer.extend(
-            torch.randn(4, TINY_DIMS.obs_dim, generator=g),
-            torch.randn(4, TINY_DIMS.critic_obs_dim, generator=g),
-            torch.rand(4, TINY_DIMS.act_dim, generator=g) * 2 - 1, torch.randn(4, generator=g),
-            torch.rand(4, generator=g) < 0.05, torch.rand(4, generator=g) < 0.05,
-        )  # fmt: skip
+        agent.buffer.extend({
+            "obs": torch.randn(4, TINY_DIMS.obs_dim, generator=g),
+            "critic_obs": torch.randn(4, TINY_DIMS.critic_obs_dim, generator=g),
+            "actions": torch.rand(4, TINY_DIMS.act_dim, generator=g) * 2 - 1,
+            "rewards": torch.randn(4, generator=g),
+            "terminated": torch.rand(4, generator=g) < 0.05, "truncated": torch.rand(4, generator=g) < 0.05,
+        })  # fmt: skip
     for _ in range(8):
         metrics = agent.update(4)
     assert all(bool(torch.isfinite(v)) for v in metrics.values())
-    assert isinstance(agent._critic_fn, StepGraph) and agent._critic_fn.captured
+    assert isinstance(agent.steps.critic, StepGraph) and agent.steps.critic.captured

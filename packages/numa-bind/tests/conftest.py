@@ -106,7 +106,7 @@ def four_gpus() -> FakeNvml:
 def _resource_tracker_running() -> None:
     """Start multiprocessing's resource tracker before the root leak guard counts children.
 
-    Every spawn-context start launches it once and it lives for the whole session, so the first
+    Every spawn-context start launches it once and it lives for the whole test run, so the first
     test that spawns would otherwise be blamed for it.
     """
     from multiprocessing import resource_tracker

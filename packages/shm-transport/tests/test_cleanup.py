@@ -3,13 +3,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from _runner import SPAWN
 
 import shm_transport._segment as seg
-from shm_transport import HostRing, cleanup_stale_segments, list_segments, transition_layout
+from shm_transport import HostRing, RingLayout, cleanup_stale_segments, list_segments
 from shm_transport._cli import main
 
 PREFIX = f"shmtxtest{os.getpid()}-"
+TINY = RingLayout.of(2, {"x": ((1,), torch.float32)})
 
 
 def _dead_pid() -> int:
@@ -53,7 +55,7 @@ def test_list_reports_liveness(segments: tuple[Path, Path]) -> None:
 
 def test_cleanup_never_touches_a_live_ring() -> None:
     """A ring of this live process survives the default-prefix sweep."""
-    with HostRing.create(transition_layout(2, 1, 1, 1), capacity=2) as ring:
+    with HostRing.create(TINY, capacity=2) as ring:
         assert ring.name not in cleanup_stale_segments()
         assert (seg.SHM_DIR / ring.name).exists()
 
@@ -78,7 +80,7 @@ def test_shmtx_prefix_names_segments_and_scopes_the_sweep(monkeypatch: pytest.Mo
         monkeypatch.setenv("SHMTX_PREFIX", PREFIX)
         mine = seg.SHM_DIR / f"{PREFIX}{_dead_pid()}-abcdef"
         mine.write_bytes(b"\0" * 64)
-        with HostRing.create(transition_layout(2, 1, 1, 1), capacity=2) as ring:
+        with HostRing.create(TINY, capacity=2) as ring:
             assert ring.name.startswith(f"{PREFIX}{os.getpid()}-")
             assert cleanup_stale_segments() == [mine.name]
         assert other.exists() and not mine.exists()

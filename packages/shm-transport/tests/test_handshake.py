@@ -6,7 +6,8 @@ import pytest
 import shmtx_workers as w
 from _runner import SPAWN
 
-from shm_transport import HandshakeAborted, HandshakeError, HandshakeTimeout, HostRing, StartupHandshake
+from shm_transport import HandshakeAborted, HostRing, StartupHandshake
+from shm_transport.exceptions import HandshakeError, HandshakeTimeout
 
 
 @pytest.fixture

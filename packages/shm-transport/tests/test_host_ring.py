@@ -5,30 +5,42 @@ import pytest
 import torch
 
 import shm_transport._segment as seg
-from shm_transport import (
-    HostRing,
-    RingLayout,
+from shm_transport import HostRing, RingLayout, TransitionRing, default_prefix
+from shm_transport.exceptions import (
     RingLayoutError,
     RingProducerHandle,
     SegmentError,
-    TransitionRing,
     UnsupportedPlatformError,
     UnwrittenSlotError,
-    default_prefix,
-    transition_layout,
 )
 
-LAYOUT = transition_layout(4, obs_dim=3, critic_obs_dim=5, act_dim=2)
+
+def _layout(num_envs: int, act: int = 2) -> RingLayout:
+    """A slot of float vectors, a float scalar and two byte flags (the mix a transition ring carries)."""
+    return RingLayout.of(
+        num_envs,
+        {
+            "obs": ((3,), torch.float32),
+            "state": ((5,), torch.float32),
+            "actions": ((act,), torch.float32),
+            "rewards": ((), torch.float32),
+            "flag": ((), torch.uint8),
+            "mask": ((), torch.uint8),
+        },
+    )
+
+
+LAYOUT = _layout(4)
 
 
 def _slot(value: float) -> dict[str, torch.Tensor]:
     return {
         "obs": torch.full((4, 3), value),
-        "critic_obs": torch.full((4, 5), value),
+        "state": torch.full((4, 5), value),
         "actions": torch.full((4, 2), value, dtype=torch.float64),  # castable dtype
         "rewards": torch.full((4,), value),
-        "dones": torch.ones(4, dtype=torch.bool),
-        "truncations": torch.zeros(4, dtype=torch.uint8),
+        "flag": torch.ones(4, dtype=torch.bool),  # castable dtype
+        "mask": torch.zeros(4, dtype=torch.uint8),
     }
 
 
@@ -86,7 +98,7 @@ def test_read_span_never_wraps_and_commit_frees(ring: HostRing) -> None:
     ring.commit_reads(1)
     count, views = ring.read_span(10)
     assert count == 2 and views["rewards"][:, 0].tolist() == [4.0, 5.0]
-    assert views["dones"].dtype == torch.uint8 and views["dones"].shape == (2, 4)
+    assert views["flag"].dtype == torch.uint8 and views["flag"].shape == (2, 4)
 
 
 def test_empty_ring_returns_zero(ring: HostRing) -> None:
@@ -132,7 +144,7 @@ def test_attach_shares_memory_and_checks_header(ring: HostRing) -> None:
     other.commit_reads(1)
     assert ring.read_count == 1
     other.close()
-    wrong = type(handle)(handle.name, transition_layout(4, 3, 5, 3), handle.capacity, False)
+    wrong = type(handle)(handle.name, _layout(4, act=3), handle.capacity, False)
     with pytest.raises(SegmentError, match="layout fingerprint"):
         HostRing.attach(wrong)
 

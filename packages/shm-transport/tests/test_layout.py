@@ -3,24 +3,16 @@ import pickle
 import pytest
 import torch
 
-from shm_transport import FieldSpec, RingLayout, RingLayoutError, transition_layout
+from shm_transport import FieldSpec, RingLayout
+from shm_transport.exceptions import RingLayoutError
 
 
-def test_transition_layout_fields_and_dtypes() -> None:
-    """The trainer layout has the six fields in order, float32 data and uint8 flags."""
-    layout = transition_layout(8, obs_dim=17, critic_obs_dim=20, act_dim=6)
-    assert layout.names == ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
-    assert layout.spec("obs") == FieldSpec((17,), torch.float32)
-    assert layout.spec("dones").dtype == torch.uint8
-    assert layout.slot_nbytes == 8 * ((17 + 20 + 6 + 1) * 4 + 2)
-    assert layout.total_features == 17 + 20 + 6 + 3
-
-
-def test_transition_layout_without_a_critic_observation() -> None:
-    """critic_obs_dim=None leaves critic_obs out: five fields, a slot without its bytes."""
-    layout = transition_layout(8, obs_dim=17, critic_obs_dim=None, act_dim=6)
-    assert layout.names == ("obs", "actions", "rewards", "dones", "truncations")
-    assert layout.total_features == 17 + 6 + 3
+def test_slot_bytes_and_packed_width_of_mixed_dtypes() -> None:
+    """A slot's payload counts every field's bytes for every env; the packed width counts elements."""
+    layout = RingLayout.of(8, {"v": ((17,), torch.float32), "s": ((), torch.float32), "f": ((), torch.uint8)})
+    assert layout.spec("v") == FieldSpec((17,), torch.float32) and layout.spec("f").dtype == torch.uint8
+    assert layout.slot_nbytes == 8 * ((17 + 1) * 4 + 1)
+    assert layout.total_features == 17 + 1 + 1
 
 
 def test_of_keeps_order_and_region_alignment() -> None:
@@ -33,10 +25,14 @@ def test_of_keeps_order_and_region_alignment() -> None:
 
 def test_fingerprint_changes_with_layout_and_survives_pickle() -> None:
     """The fingerprint is stable across pickling and differs for a different layout."""
-    layout = transition_layout(4, 3, 3, 2)
+
+    def build(width: int) -> RingLayout:
+        return RingLayout.of(4, {"obs": ((3,), torch.float32), "actions": ((width,), torch.float32)})
+
+    layout = build(2)
     again = pickle.loads(pickle.dumps(layout))
     assert again == layout and again.fingerprint() == layout.fingerprint()
-    assert transition_layout(4, 3, 3, 1).fingerprint() != layout.fingerprint()
+    assert build(1).fingerprint() != layout.fingerprint()
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,12 @@ from shm_transport import (
     FieldSpec,
     HostWeightReader,
     HostWeightWriter,
-    RingLayoutError,
-    SegmentError,
     WeightChannel,
     WeightReader,
     WeightReaderHandle,
     WeightWriter,
 )
+from shm_transport.exceptions import RingLayoutError, SegmentError
 
 EXTRAS = {"mean": FieldSpec((3,), torch.float32), "count": FieldSpec((), torch.int64)}
 

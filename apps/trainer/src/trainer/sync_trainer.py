@@ -29,7 +29,14 @@ import torch
 from torch import Tensor
 
 from fastsac_async import StopReason
-from fastsac_core import CheckpointError, FastSACAgent, load_checkpoint, save_checkpoint
+from fastsac_core import (
+    CheckpointError,
+    FastSACAgent,
+    ReplayBuffer,
+    load_checkpoint,
+    save_checkpoint,
+    step_transition,
+)
 from fastsac_core.env import BatchedEnv
 from trainer._episode_stats import EpisodeStats
 from trainer.plan import RunPlan, checkpoint_path
@@ -161,7 +168,8 @@ def run_sync(
     """
     cfg = plan.agent
     _seed_everything(plan.seed + 1000)
-    agent = FastSACAgent(plan.dims, cfg, plan.device, num_envs=plan.num_envs)
+    buffer = ReplayBuffer.of(plan.dims, cfg, plan.num_envs, device=plan.device)
+    agent = FastSACAgent(plan.dims, cfg, plan.device, buffer=buffer)
     iteration, elapsed_before = _resume(plan, agent) if plan.resume_from is not None else (0, 0.0)
     last_checkpoint = plan.resume_from
     cuda = agent.device.type == "cuda"
@@ -195,14 +203,8 @@ def run_sync(
             t1 = time.perf_counter()
             result = env.step(actions)
             t2 = time.perf_counter()
-            agent.buffer.extend(
-                torch.from_numpy(held_obs),
-                torch.from_numpy(held_critic_obs),
-                torch.from_numpy(actions),
-                torch.from_numpy(result.rewards),
-                torch.from_numpy(result.terminated),
-                torch.from_numpy(result.truncated),
-            )
+            held = (torch.from_numpy(held_obs), torch.from_numpy(held_critic_obs), torch.from_numpy(actions))
+            agent.buffer.extend(step_transition(*held, result))
             episodes.add(result.episode_returns, result.episode_lengths)
             obs, critic_obs = result.obs, result.critic_obs
             t3 = time.perf_counter()

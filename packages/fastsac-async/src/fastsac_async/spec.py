@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from fastsac_async.config import AsyncOptions
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.hosts import HostGroup
-from fastsac_core import EnvDims, EnvFactory, FastSACConfig
-from shm_transport import FieldSpec, RingLayout, transition_layout
+from fastsac_core import EnvDims, EnvFactory, FastSACConfig, policy_extra_fields, transition_fields
+from shm_transport import FieldSpec, RingLayout
 from topology import LearnerPlacement, TrainerTopology
 
 __all__ = [
@@ -124,14 +122,12 @@ def checkpoint_file(run_dir: Path, gstep: int) -> Path:
 
 
 def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:
-    """The transition slot of a collector stepping ``num_envs`` envs (no ``critic_obs`` when shared)."""
-    return transition_layout(num_envs, dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim)
+    """The transition slot of a collector stepping ``num_envs`` envs (fastsac_core's transition fields)."""
+    return RingLayout.of(num_envs, transition_fields(dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim))
 
 
 def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:
     """Extras published with the actor weights (``FastSACAgent.policy_extras``)."""
     return {
-        "obs_mean": FieldSpec((dims.obs_dim,), torch.float32),
-        "obs_std": FieldSpec((dims.obs_dim,), torch.float32),
-        "obs_count": FieldSpec((1,), torch.float32),
+        name: FieldSpec(shape, dtype) for name, (shape, dtype) in policy_extra_fields(dims.obs_dim).items()
     }

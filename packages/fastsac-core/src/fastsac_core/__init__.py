@@ -1,17 +1,21 @@
 """fastsac-core: the FastSAC learner (torch only, no processes).
 
-The agent and its update steps, the replay buffer, the empirical normalizer with an exact
-cross-rank merge, gradient all-reduce without a DDP wrapper, checkpoints, and a standalone
-inference policy for collectors.
+The agent and its update steps, the replay buffer, the transition schema (the fields rings carry
+and the buffer stores), the empirical normalizer with an exact cross-rank merge, gradient all-reduce
+without a DDP wrapper, checkpoints, and a standalone inference policy for collectors.
 """
 
-from ._agent import FastSACAgent, UpdateNoise, build_actor, sync_normalizers
+from ._agent import FastSACAgent, UpdateNoise, sync_normalizers
+from ._batch import Batch
 from ._checkpoint import discard_partial_checkpoints, load_checkpoint, peek_checkpoint, save_checkpoint
 from ._distributed import all_reduce_grads, broadcast_tensors, sync_normalizer_stats
+from ._execution import ExecutionPolicy
 from ._inference import InferencePolicy
+from ._model import build_actor
 from ._networks import Actor, DistributionalCritic, project_distribution
 from ._normalizer import EmpiricalNormalizer, merge_normalizers
-from ._replay import Batch, ReplayBuffer
+from ._replay import ReplayBuffer
+from ._schema import policy_extra_fields, step_transition, transition_fields
 from .config import FastSACConfig
 from .env import BatchedEnv, EnvDims, EnvFactory, StepResult
 from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
@@ -23,7 +27,12 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "EnvFactory",
     "FastSACConfig",
     "StepResult",
+    # Transition schema
+    "policy_extra_fields",
+    "step_transition",
+    "transition_fields",
     # Agent
+    "ExecutionPolicy",
     "FastSACAgent",
     "InferencePolicy",
     "UpdateNoise",

@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
-from ._agent import build_actor
 from ._flat import numel_of, unflatten_into
+from ._model import build_actor
 from ._normalizer import EmpiricalNormalizer
+from ._schema import load_policy_extras, policy_extras
 from .config import FastSACConfig
 from .env import EnvDims
 
@@ -58,9 +59,11 @@ class InferencePolicy:
     def load_flat(self, flat: Tensor, extras: Mapping[str, Tensor]) -> None:
         """Load actor weights (``FastSACAgent.flatten_actor_params``) and ``policy_extras``."""
         unflatten_into(self._params, flat)
-        self.normalizer.mean.copy_(extras["obs_mean"])
-        self.normalizer.std.copy_(extras["obs_std"])
-        self.normalizer.count.copy_(extras["obs_count"].reshape(()))
+        load_policy_extras(self.normalizer, extras)
+
+    def policy_extras(self) -> dict[str, Tensor]:
+        """Its normalizer's statistics as ``load_flat`` takes them (fresh: mean 0, std 1, count 0)."""
+        return policy_extras(self.normalizer)
 
     def _act(self, obs: Tensor) -> Tensor:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self._amp):

@@ -1,14 +1,15 @@
 """Replay buffer: per-env circular storage, next obs from the next slot, n-step returns.
 
 # Note [replay layout]
-# Storage is slot-major, ``(capacity, num_envs, ...)``: one env step of all envs is one contiguous
-# row, so ``extend`` is one copy per field and ``extend_batch`` (k steps) is at most two (split at the
-# wrap). The envs form ``blocks`` of consecutive envs (one by default; one per collector when a
-# learner ingests each collector's steps as they come), and each block has a host-side count of the
-# steps ever written to its envs: the chronological step s of an env lives in slot ``s % capacity``.
-# ``extend_batch`` writes every env at once (all blocks at the same count); ``extend_block`` writes one
-# block's columns at its own count. While the counts differ, ``sample`` draws each env's start step
-# from its own block's range (ragged ingest: wiki/async-engine.md, Drain and generations).
+# Storage is slot-major, ``(capacity, num_envs, ...)``, one tensor per transition field (``_schema``;
+# flags stored as bool): one env step of all envs is one contiguous row, so ``extend`` is one copy per
+# field and ``extend_batch`` (k steps) is at most two (split at the wrap). The envs form ``blocks`` of
+# consecutive envs (one by default; one per collector when a learner ingests each collector's steps as
+# they come), and each block has a host-side count of the steps ever written to its envs: the
+# chronological step s of an env lives in slot ``s % capacity``. ``extend_batch`` writes every env at
+# once (all blocks at the same count); ``extend_block`` writes one block's columns at its own count.
+# While the counts differ, ``sample`` draws each env's start step from its own block's range (ragged
+# ingest: wiki/async-engine.md, Drain and generations).
 #
 # next_obs is not stored. Envs auto-reset, so the obs written at step s+1 is the obs that followed
 # step s -- except after an episode end, where it is the reset obs of the next episode:
@@ -17,7 +18,7 @@
 #     whose first step is truncated gets loss weight ``valid = 0`` (see wiki/algorithm.md);
 # A transition starting at step s is *complete* once step s+1 is written (it needs that obs).
 #
-# n-step window from step s: steps s, s+1, ... up to n of them, ending
+# n-step window from step s (``_nstep``): steps s, s+1, ... up to n of them, ending
 #   * after a terminated step (its reward included, no bootstrap),
 #   * before a truncated step s+i with i > 0 (bootstrap from the real obs of step s+i),
 #   * before the newest written step (its next obs does not exist yet).
@@ -30,69 +31,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ._batch import Batch
+from ._nstep import nstep_window
+from ._schema import Transition, transition_fields
+from .config import FastSACConfig
+from .env import EnvDims
 from .exceptions import ReplayBufferError
 
 __all__ = ["Batch", "ReplayBuffer"]
 
-
-class Batch(NamedTuple):
-    """A batch of n-step transitions (all tensors have the batch as first axis)."""
-
-    obs: Tensor
-    """(B, obs_dim) actor observation at the start of the transition."""
-    critic_obs: Tensor
-    """(B, critic_obs_dim) critic observation at the start."""
-    actions: Tensor
-    """(B, act_dim) action taken."""
-    rewards: Tensor
-    """(B,) discounted n-step reward sum."""
-    next_obs: Tensor
-    """(B, obs_dim) actor observation the return bootstraps from."""
-    next_critic_obs: Tensor
-    """(B, critic_obs_dim) critic observation the return bootstraps from."""
-    bootstrap: Tensor
-    """(B,) 1.0 unless the window ended in a terminal state."""
-    discount: Tensor
-    """(B,) gamma ** effective_n."""
-    valid: Tensor
-    """(B,) loss weight: 0.0 for transitions cut by a time limit on their first step."""
-
-    def narrow(self, start: int, length: int) -> Batch:
-        """Rows ``start .. start+length`` of every field (views, no copy)."""
-        return self._map(lambda t: t.narrow(0, start, length))
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """Every field on ``device``."""
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
-
-    def _map(self, fn: Callable[[Tensor], Tensor]) -> Batch:
-        """``fn`` of every field, once per distinct tensor (a critic that observes obs stays obs)."""
-        distinct, positions = distinct_tensors(self)
-        mapped = [fn(t) for t in distinct]
-        return Batch(*(mapped[k] for k in positions))
-
-
-def distinct_tensors(tensors: Sequence[Tensor]) -> tuple[list[Tensor], list[int]]:
-    """The distinct tensors of ``tensors`` (by identity, first-seen order) and each entry's index among them.
-
-    Fields that are one tensor (``Batch.critic_obs is obs`` for a critic that observes obs) are
-    handled once, and whatever is rebuilt from the distinct ones keeps them one tensor.
-    """
-    index: dict[int, int] = {}
-    distinct: list[Tensor] = []
-    positions: list[int] = []
-    for tensor in tensors:
-        if id(tensor) not in index:
-            index[id(tensor)] = len(distinct)
-            distinct.append(tensor)
-        positions.append(index[id(tensor)])
-    return distinct, positions
+_RENAMED = {"terminated": "dones", "truncated": "truncations"}
+"""The flags' names in the replay data of checkpoints written before they took ``StepResult``'s."""
 
 
 class ReplayBuffer:
@@ -138,91 +93,68 @@ class ReplayBuffer:
         self.n_steps = n_steps
         self.gamma = gamma
         self.device = torch.device(device)
-        c, n = capacity_per_env, num_envs
-
-        def floats(*shape: int) -> Tensor:
-            # NaN sentinels make any read of an unwritten slot obvious.
-            return torch.full((c, n, *shape), float("nan"), device=self.device)
-
         self.shared_obs = critic_obs_dim is None
         """Whether ``critic_obs`` is ``obs`` (no storage of its own; Note [replay layout])."""
-        self.obs = floats(obs_dim)
-        self.critic_obs = self.obs if critic_obs_dim is None else floats(critic_obs_dim)
-        self.actions = floats(act_dim)
-        self.rewards = floats()
-        self.dones = torch.zeros(c, n, dtype=torch.bool, device=self.device)
-        self.truncations = torch.zeros(c, n, dtype=torch.bool, device=self.device)
+        self.storage: dict[str, Tensor] = {}
+        """Field name -> ``(capacity, num_envs, *shape)`` storage, in the schema's order."""
+        for name, (shape, dtype) in transition_fields(obs_dim, critic_obs_dim, act_dim).items():
+            size = (capacity_per_env, num_envs, *shape)
+            self.storage[name] = (
+                # NaN sentinels make any read of an unwritten slot obvious.
+                torch.full(size, float("nan"), device=self.device)
+                if dtype.is_floating_point
+                else torch.zeros(size, dtype=torch.bool, device=self.device)
+            )
         self.blocks = widths
         """Widths of the env blocks, in env order."""
         self._block_starts = tuple(sum(widths[:i]) for i in range(len(widths)))
         self._block_written = [0] * len(widths)
         self._env_written: Tensor | None = None  # per env, on the device; rebuilt after a write
         self._block_of_env = torch.arange(len(widths)).repeat_interleave(torch.tensor(widths)).to(self.device)
-        self._fields = tuple(
-            name
-            for name in ("obs", "critic_obs", "actions", "rewards", "dones", "truncations")
-            if not (self.shared_obs and name == "critic_obs")
-        )
         self._step_powers = torch.arange(n_steps, device=self.device)
         self._discounts = gamma ** self._step_powers.to(torch.float32)
         self._env_index = torch.arange(num_envs, device=self.device)
 
+    @classmethod
+    def of(
+        cls,
+        dims: EnvDims,
+        cfg: FastSACConfig,
+        num_envs: int,
+        *,
+        device: torch.device | str = "cpu",
+        blocks: Sequence[int] | None = None,
+    ) -> ReplayBuffer:
+        """The buffer an agent of ``dims`` and ``cfg`` trains from (its buffer_size, num_steps, gamma)."""
+        return cls(
+            num_envs, cfg.buffer_size, dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim,
+            device=device, n_steps=cfg.num_steps, gamma=cfg.gamma, blocks=blocks,
+        )  # fmt: skip
+
     # ---------------------------------------------------------------- writing
 
-    def extend(
-        self,
-        obs: Tensor,
-        critic_obs: Tensor | None,
-        actions: Tensor,
-        rewards: Tensor,
-        dones: Tensor,
-        truncations: Tensor,
-    ) -> None:
-        """Write one step of every env (tensors ``(num_envs, ...)``, any device); see ``extend_batch``."""
-        self.extend_batch(
-            obs.unsqueeze(0),
-            None if critic_obs is None else critic_obs.unsqueeze(0),
-            actions.unsqueeze(0),
-            rewards.unsqueeze(0),
-            dones.unsqueeze(0),
-            truncations.unsqueeze(0),
-        )
+    def extend(self, transition: Transition) -> None:
+        """Write one step of every env (fields ``(num_envs, ...)``, any device); see ``extend_batch``."""
+        self.extend_batch({name: value.unsqueeze(0) for name, value in transition.items()})
 
-    def extend_batch(
-        self,
-        obs: Tensor,
-        critic_obs: Tensor | None,
-        actions: Tensor,
-        rewards: Tensor,
-        dones: Tensor,
-        truncations: Tensor,
-    ) -> None:
-        """Write k consecutive steps, slot-major (tensors ``(k, num_envs, ...)``); equals k ``extend``s.
+    def extend_batch(self, transitions: Transition) -> None:
+        """Write k consecutive steps, slot-major (fields ``(k, num_envs, ...)``); equals k ``extend``s.
 
-        A buffer whose critic observes ``obs`` (``shared_obs``) ignores ``critic_obs`` (None, or the
-        obs again); any other buffer needs it.
+        A buffer whose critic observes ``obs`` (``shared_obs``) ignores a ``critic_obs`` field (absent,
+        or the obs again); any other buffer needs it.
         """
         if len(set(self._block_written)) > 1:
             raise ReplayBufferError(
                 f"extend_batch writes every env at one step, but the env blocks hold {self._block_written} "
                 "steps; write each block with extend_block"
             )
-        values = self._values(obs, critic_obs, actions, rewards, dones, truncations, self.num_envs)
+        values = self._values(transitions, self.num_envs)
         k = self._write(None, values, self._block_written[0])
         self._block_written = [w + k for w in self._block_written]
         self._env_written = None
 
-    def extend_block(
-        self,
-        block: int,
-        obs: Tensor,
-        critic_obs: Tensor | None,
-        actions: Tensor,
-        rewards: Tensor,
-        dones: Tensor,
-        truncations: Tensor,
-    ) -> None:
-        """Write k consecutive steps of env block ``block`` alone (tensors ``(k, width, ...)``).
+    def extend_block(self, block: int, transitions: Transition) -> None:
+        """Write k consecutive steps of env block ``block`` alone (fields ``(k, width, ...)``).
 
         The block's envs continue at their own count, whatever the other blocks hold; see
         ``extend_batch`` for ``critic_obs``.
@@ -230,44 +162,42 @@ class ReplayBuffer:
         if not 0 <= block < len(self.blocks):
             raise ReplayBufferError(f"block={block}; this buffer has blocks 0..{len(self.blocks) - 1}")
         width, start = self.blocks[block], self._block_starts[block]
-        values = self._values(obs, critic_obs, actions, rewards, dones, truncations, width)
+        values = self._values(transitions, width)
         self._block_written[block] += self._write(
             slice(start, start + width), values, self._block_written[block]
         )
         self._env_written = None
 
-    def _values(
-        self, obs: Tensor, critic_obs: Tensor | None, actions: Tensor, rewards: Tensor, dones: Tensor,
-        truncations: Tensor, width: int,
-    ) -> tuple[Tensor, ...]:  # fmt: skip
-        """The stored fields' values, shape-checked for ``width`` envs."""
-        if self.shared_obs:
-            values: tuple[Tensor, ...] = (obs, actions, rewards, dones, truncations)
-        elif critic_obs is None:
+    def _values(self, transitions: Transition, width: int) -> list[Tensor]:
+        """The stored fields' values in storage order, shape-checked for ``width`` envs."""
+        missing = [name for name in self.storage if name not in transitions]
+        if missing == ["critic_obs"]:
             raise ReplayBufferError(
-                "critic_obs is None, but this buffer stores a critic observation of its own; pass it, or "
-                "build the buffer with critic_obs_dim=None for a critic that observes obs"
+                "critic_obs is missing, but this buffer stores a critic observation of its own; pass it, "
+                "or build the buffer with critic_obs_dim=None for a critic that observes obs"
             )
-        else:
-            values = (obs, critic_obs, actions, rewards, dones, truncations)
-        k = obs.shape[0]
-        for name, value in zip(self._fields, values, strict=True):
-            expected = (k, width, *getattr(self, name).shape[2:])
+        if missing:
+            raise ReplayBufferError(f"the transition has no {missing}; it needs {list(self.storage)}")
+        k = transitions["obs"].shape[0]
+        values = []
+        for name, storage in self.storage.items():
+            value = transitions[name]
+            expected = (k, width, *storage.shape[2:])
             if tuple(value.shape) != expected:
                 raise ReplayBufferError(f"{name} has shape {tuple(value.shape)}; expected {expected}")
+            values.append(value)
         return values
 
-    def _write(self, columns: slice | None, values: tuple[Tensor, ...], written: int) -> int:
+    def _write(self, columns: slice | None, values: list[Tensor], written: int) -> int:
         """Copy k steps into ``columns`` (None: all envs) after ``written`` steps; returns k (all counted)."""
         k = values[0].shape[0]
         skip = max(0, k - self.capacity)  # only the newest `capacity` steps survive
         if skip:
-            values = tuple(v[skip:] for v in values)
+            values = [v[skip:] for v in values]
         kept = k - skip
         start = (written + skip) % self.capacity
         first = min(kept, self.capacity - start)
-        for name, value in zip(self._fields, values, strict=True):
-            storage: Tensor = getattr(self, name)
+        for storage, value in zip(self.storage.values(), values, strict=True):
             if columns is not None:
                 storage = storage[:, columns]
             storage[start : start + first].copy_(value[:first], non_blocking=True)
@@ -329,46 +259,33 @@ class ReplayBuffer:
             step = written - stored + torch.minimum(offset, complete - 1)
             newest = written.view(1, n, 1)
         env = self._env_index.expand(batch_per_env, n)
-
-        # Window of up to n steps: (batch_per_env, num_envs, n_steps).
-        window = step.unsqueeze(-1) + self._step_powers
-        slots = window % cap
-        env3 = env.unsqueeze(-1).expand_as(slots)
-        available = window <= newest - 2
-        done = self.dones[slots, env3] & available
-        cut = self.truncations[slots, env3] & ~self.dones[slots, env3] & available
-        stop = done | cut
-        stopped_before = (stop.cumsum(-1) - stop.long()) > 0
-        later = self._step_powers > 0
-        include = available & ~stopped_before & ~(cut & later)
-
-        effective_n = include.sum(-1)
-        # where(), not a product: steps outside the window may hold NaN sentinels.
-        rewards = torch.where(include, self.rewards[slots, env3] * self._discounts, 0.0).sum(-1)
-        terminated = (done & include).any(-1)
-        valid = ~cut[..., 0]
-        next_slot = (step + effective_n) % cap
+        fields = self.storage
+        window = nstep_window(
+            step, newest, env, terminated=fields["terminated"], truncated=fields["truncated"],
+            rewards=fields["rewards"], powers=self._step_powers, discounts=self._discounts,
+        )  # fmt: skip
+        next_slot = (step + window.length) % cap
         first_slot = step % cap
 
         def rows(x: Tensor) -> Tensor:
             return x.reshape(batch_per_env * n, *x.shape[2:])
 
-        obs, next_obs = rows(self.obs[first_slot, env]), rows(self.obs[next_slot, env])
+        obs, next_obs = rows(fields["obs"][first_slot, env]), rows(fields["obs"][next_slot, env])
         if self.shared_obs:
             critic_obs, next_critic_obs = obs, next_obs
         else:
-            critic_obs = rows(self.critic_obs[first_slot, env])
-            next_critic_obs = rows(self.critic_obs[next_slot, env])
+            critic_obs = rows(fields["critic_obs"][first_slot, env])
+            next_critic_obs = rows(fields["critic_obs"][next_slot, env])
         return Batch(
             obs=obs,
             critic_obs=critic_obs,
-            actions=rows(self.actions[first_slot, env]),
-            rewards=rows(rewards),
+            actions=rows(fields["actions"][first_slot, env]),
+            rewards=rows(window.rewards),
             next_obs=next_obs,
             next_critic_obs=next_critic_obs,
-            bootstrap=rows((~terminated).float()),
-            discount=rows(self.gamma ** effective_n.float()),
-            valid=rows(valid.float()),
+            bootstrap=rows((~window.terminated).float()),
+            discount=rows(self.gamma ** window.length.float()),
+            valid=rows(window.valid.float()),
         )
 
     def _written_per_env(self) -> Tensor:
@@ -393,7 +310,7 @@ class ReplayBuffer:
             "capacity": self.capacity,
         }
         if include_data:
-            state["data"] = {name: getattr(self, name).cpu() for name in self._fields}
+            state["data"] = {name: storage.cpu() for name, storage in self.storage.items()}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -408,15 +325,16 @@ class ReplayBuffer:
         if "data" not in state:
             self._block_written = [0] * len(self.blocks)
             return
-        missing = [name for name in self._fields if name not in state["data"]]
+        saved_data = state["data"]
+        data = {name: saved_data.get(name, saved_data.get(_RENAMED.get(name))) for name in self.storage}
+        missing = [name for name, source in data.items() if source is None]
         if missing:
             raise ReplayBufferError(
                 f"the checkpoint's replay has no {missing} (saved by a task whose critic observes obs, so "
                 "without critic_obs?); resume with the same task, or without the replay data"
             )
-        for name in self._fields:
-            target: Tensor = getattr(self, name)
-            source: Tensor = state["data"][name]
+        for name, target in self.storage.items():
+            source: Tensor = data[name]
             if source.shape != target.shape:
                 raise ReplayBufferError(
                     f"replay field {name!r} has shape {tuple(source.shape)} in the checkpoint and"

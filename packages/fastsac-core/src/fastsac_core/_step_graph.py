@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ._replay import distinct_tensors
+from ._batch import distinct_tensors
 
 __all__ = ["StepGraph"]
 

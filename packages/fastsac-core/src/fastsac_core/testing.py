@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 
 from ._agent import FastSACAgent, UpdateNoise
-from ._replay import Batch
+from ._batch import Batch
+from ._replay import ReplayBuffer
 from ._step_graph import StepGraph
 from .config import FastSACConfig
 from .env import EnvDims
@@ -23,6 +24,7 @@ __all__ = [
     "TINY_DIMS",
     "TINY_SHARED_DIMS",
     "config_fields",
+    "make_agent",
     "random_batch",
     "random_noise",
     "run_ddp_rank",
@@ -54,6 +56,15 @@ def tiny_config(**overrides: Any) -> FastSACConfig:
     }
     base.update(overrides)
     return FastSACConfig(**base)
+
+
+def make_agent(
+    dims: EnvDims, cfg: FastSACConfig, device: torch.device | str = "cpu", *, num_envs: int, **kwargs: Any
+) -> FastSACAgent:
+    """An agent whose replay buffer (``ReplayBuffer.of``) holds ``num_envs`` envs on ``device``."""
+    return FastSACAgent(
+        dims, cfg, device, buffer=ReplayBuffer.of(dims, cfg, num_envs, device=device), **kwargs
+    )
 
 
 def random_batch(rows: int, dims: EnvDims, generator: torch.Generator) -> Batch:
@@ -138,7 +149,7 @@ def run_ddp_rank(
         if where.type == "cuda":
             torch.cuda.set_device(where)
         dims = TINY_SHARED_DIMS if shared_obs else TINY_DIMS
-        agent = FastSACAgent(dims, cfg, where, num_envs=1, world_size=world_size)
+        agent = make_agent(dims, cfg, where, num_envs=1, world_size=world_size)
         generator = torch.Generator().manual_seed(data_seed)
         rows = cfg.batch_size * num_updates
         keep = _rank_rows(rows, num_updates, rank, world_size)
@@ -154,9 +165,9 @@ def run_ddp_rank(
             )
         state = {
             "actor": agent.flatten_actor_params().cpu(),
-            "qf": torch.cat([p.detach().reshape(-1) for p in agent.qf.parameters()]).cpu(),
-            "qf_target": torch.cat([p.reshape(-1) for p in agent.qf_target.parameters()]).cpu(),
-            "log_alpha": agent.log_alpha.detach().cpu(),
+            "qf": torch.cat([p.detach().reshape(-1) for p in agent.model.qf.parameters()]).cpu(),
+            "qf_target": torch.cat([p.reshape(-1) for p in agent.model.qf_target.parameters()]).cpu(),
+            "log_alpha": agent.model.log_alpha.detach().cpu(),
             "obs_normalizer": {k: v.cpu() for k, v in agent.obs_normalizer.state_dict().items()},
             "critic_obs_normalizer": {
                 k: v.cpu() for k, v in agent.critic_obs_normalizer.state_dict().items()
@@ -164,7 +175,7 @@ def run_ddp_rank(
             "metrics": metrics,
             # Whether the critic and actor steps ended up replaying captured whole-step graphs.
             "step_graphs": [
-                isinstance(f, StepGraph) and f.captured for f in (agent._critic_fn, agent._actor_fn)
+                isinstance(f, StepGraph) and f.captured for f in (agent.steps.critic, agent.steps.actor)
             ],
         }
         torch.save(state, Path(out_file))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from numa_bind._allowed import bindable_cpus, bindable_nodes
+from numa_bind._cpulist import format_cpulist
 from numa_bind._syscalls import MODE_FLAGS, MODE_NAMES, MODES, MPOL_F_ADDR, MPOL_F_NODE, syscalls
 from numa_bind.exceptions import BindingError
 
@@ -84,15 +85,22 @@ def _warn_once(kind: str, message: str) -> None:
     _LOG.warning("%s (further refusals are logged at debug level)", message)
 
 
+def _refusal(setting: str, bad: tuple[int, ...], allowed: tuple[int, ...], fix: str) -> BindingError:
+    """The error for ``bad`` ids of ``setting``: names them, the allowed ones (cpulist format) and ``fix``."""
+    message = (
+        f"{setting}={format_cpulist(bad) or '<empty>'} cannot be bound: "
+        f"allowed {setting} are {format_cpulist(allowed) or '<none>'}; {fix}"
+    )
+    return BindingError(setting, bad, allowed, message)
+
+
 def _checked(setting: str, values: Iterable[int], allowed: tuple[int, ...]) -> tuple[int, ...]:
     chosen = tuple(sorted(set(values)))
     if not chosen:
-        raise BindingError(
-            setting, (), allowed, f"pass at least one of the allowed {setting}, or None to skip"
-        )
+        raise _refusal(setting, (), allowed, f"pass at least one of the allowed {setting}, or None to skip")
     bad = tuple(value for value in chosen if value not in set(allowed))
     if bad:
-        raise BindingError(setting, bad, allowed, f"choose {setting} from the allowed set (`numa-bind show`)")
+        raise _refusal(setting, bad, allowed, f"choose {setting} from the allowed set (`numa-bind show`)")
     return chosen
 
 
@@ -149,7 +157,7 @@ def _bind(
         return BindResult(cpus_applied=False, memory_applied=False, reason=reason)
     node_set = None if nodes is None else tuple(sorted(set(nodes)))
     if policy == "preferred" and node_set is not None and len(node_set) > 1:
-        raise BindingError(
+        raise _refusal(
             "nodes",
             node_set,
             bindable_nodes(),

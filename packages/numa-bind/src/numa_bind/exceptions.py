@@ -31,13 +31,8 @@ class BindingError(ValueError):
         allowed: The values this process may use.
     """
 
-    def __init__(self, setting: str, bad: tuple[int, ...], allowed: tuple[int, ...], fix: str) -> None:
-        from numa_bind._cpulist import format_cpulist
-
+    def __init__(self, setting: str, bad: tuple[int, ...], allowed: tuple[int, ...], message: str) -> None:
         self.setting = setting
         self.bad = bad
         self.allowed = allowed
-        super().__init__(
-            f"{setting}={format_cpulist(bad) or '<empty>'} cannot be bound: "
-            f"allowed {setting} are {format_cpulist(allowed) or '<none>'}; {fix}"
-        )
+        super().__init__(message)

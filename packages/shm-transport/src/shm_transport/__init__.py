@@ -1,11 +1,12 @@
 """shm-transport: lock-free SPSC transition rings, a seqlock weight channel and a startup handshake.
 
 Host shared memory everywhere (x86-64, Linux), CUDA IPC where the consumer and the producer share a
-GPU. torch and numpy only. See the package README for a two-process example and ``wiki/transport.md``
-in the fastsac repository for the protocols.
+GPU. torch and numpy only. Callers define their own slots (``RingLayout``); the package knows no field
+names. See the package README for a two-process example and ``wiki/transport.md`` in the fastsac
+repository for the protocols.
 """
 
-from shm_transport._cleanup import SegmentInfo, cleanup_stale_segments, list_segments
+from shm_transport._cleanup import cleanup_stale_segments, list_segments
 from shm_transport._cursors import RingCursors, RingCursorsHandle
 from shm_transport._handshake import StartupHandshake
 from shm_transport._host_ring import HostRing, HostRingHandle
@@ -13,7 +14,7 @@ from shm_transport._host_weights import HostWeightReader, HostWeightWriter
 from shm_transport._ipc_probe import cuda_ipc_available
 from shm_transport._ipc_ring import CudaIpcProducerHandle, CudaIpcRing
 from shm_transport._ipc_weights import CudaIpcWeightHandle, CudaIpcWeightReader, CudaIpcWeightWriter
-from shm_transport._layout import FieldSpec, RingLayout, transition_layout
+from shm_transport._layout import FieldSpec, RingLayout
 from shm_transport._protocol import (
     RingProducerHandle,
     TransitionRing,
@@ -21,34 +22,23 @@ from shm_transport._protocol import (
     WeightReaderHandle,
     WeightWriter,
 )
-from shm_transport._segment import PREFIX_ENV, SEGMENT_PREFIX, default_prefix
+from shm_transport._segment import default_prefix
 from shm_transport._weight_channel import WeightChannel, WeightChannelHandle
-from shm_transport.exceptions import (
-    CudaIpcUnavailable,
-    HandshakeAborted,
-    HandshakeError,
-    HandshakeTimeout,
-    RingLayoutError,
-    SegmentError,
-    ShmTransportError,
-    UnsupportedPlatformError,
-    UnwrittenSlotError,
-)
+from shm_transport.exceptions import CudaIpcUnavailable, HandshakeAborted, ShmTransportError
 
 __all__ = [  # noqa: RUF022 (grouped by topic, not sorted)
-    # layouts
+    # slot layouts
     "FieldSpec",
     "RingLayout",
-    "transition_layout",
     # transition rings
     "TransitionRing",
     "RingProducerHandle",
     "HostRing",
     "HostRingHandle",
-    "RingCursors",
-    "RingCursorsHandle",
     "CudaIpcRing",
     "CudaIpcProducerHandle",
+    "RingCursors",
+    "RingCursorsHandle",
     "cuda_ipc_available",
     # weight channel
     "WeightWriter",
@@ -64,20 +54,11 @@ __all__ = [  # noqa: RUF022 (grouped by topic, not sorted)
     # startup handshake
     "StartupHandshake",
     # segment housekeeping
-    "SEGMENT_PREFIX",
-    "PREFIX_ENV",
-    "default_prefix",
-    "SegmentInfo",
     "cleanup_stale_segments",
     "list_segments",
-    # errors
+    "default_prefix",
+    # errors (every error class is in shm_transport.exceptions)
     "ShmTransportError",
-    "UnsupportedPlatformError",
-    "RingLayoutError",
-    "SegmentError",
-    "UnwrittenSlotError",
     "CudaIpcUnavailable",
-    "HandshakeError",
-    "HandshakeTimeout",
     "HandshakeAborted",
 ]

@@ -21,7 +21,7 @@ import torch
 
 from shm_transport.exceptions import RingLayoutError
 
-__all__ = ["ALIGN", "FieldSpec", "RingLayout", "align_up", "transition_layout"]
+__all__ = ["ALIGN", "FieldSpec", "RingLayout", "align_up"]
 
 ALIGN = 64
 """Byte alignment of every field region (one x86-64 cache line)."""
@@ -131,22 +131,3 @@ class RingLayout:
         """A stable 62-bit hash of the layout, stored in segment headers to catch mismatched attaches."""
         text = repr((self.num_envs, [(name, spec.shape, str(spec.dtype)) for name, spec in self.fields]))
         return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 2
-
-
-def transition_layout(num_envs: int, obs_dim: int, critic_obs_dim: int | None, act_dim: int) -> RingLayout:
-    """The trainer's slot: obs, critic_obs, actions, rewards (float32), dones, truncations (uint8).
-
-    ``next_obs`` is not stored: with auto-resetting envs, the obs of slot ``t + 1`` is the next obs of
-    slot ``t``. Flags are ``uint8`` (0/1): one byte each, and 255 is free to serve as the debug sentinel.
-    ``critic_obs_dim=None`` leaves ``critic_obs`` out, for a critic that observes ``obs`` itself.
-    """
-    fields: dict[str, tuple[tuple[int, ...], torch.dtype]] = {"obs": ((obs_dim,), torch.float32)}
-    if critic_obs_dim is not None:
-        fields["critic_obs"] = ((critic_obs_dim,), torch.float32)
-    fields |= {
-        "actions": ((act_dim,), torch.float32),
-        "rewards": ((), torch.float32),
-        "dones": ((), torch.uint8),
-        "truncations": ((), torch.uint8),
-    }
-    return RingLayout.of(num_envs, fields)

@@ -79,7 +79,7 @@ SEGMENT_PREFIX = "shmtx-"
 PREFIX_ENV = "SHMTX_PREFIX"
 """Environment variable that replaces :data:`SEGMENT_PREFIX` for this process and its children.
 
-Processes that share one ``/dev/shm`` but not one pid namespace (containers), or a test session
+Processes that share one ``/dev/shm`` but not one pid namespace (containers), or a test run
 beside a live run, each set their own: creation, listing and the stale-segment sweep then see only
 names with their prefix, so no one removes another's segments."""
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*[A-Za-z._-]$")  # not ending in a digit: the pid follows

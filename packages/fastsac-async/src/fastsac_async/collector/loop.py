@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
-from fastsac_core import BatchedEnv, InferencePolicy
+from fastsac_core import BatchedEnv, InferencePolicy, step_transition
 from shm_transport import TransitionRing, WeightReader
 
 __all__ = ["Collector", "CollectorSettings"]
@@ -86,11 +86,7 @@ class Collector:
         self._low = np.asarray(env.dims.action_low, dtype=np.float32)
         self._high = np.asarray(env.dims.action_high, dtype=np.float32)
         self._flat = torch.zeros(policy.numel, device=policy.device)
-        self._extras = {
-            "obs_mean": torch.zeros(env.dims.obs_dim, device=policy.device),
-            "obs_std": torch.ones(env.dims.obs_dim, device=policy.device),
-            "obs_count": torch.zeros(1, device=policy.device),
-        }
+        self._extras = policy.policy_extras()  # what each poll overwrites
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[float] = deque(maxlen=100)
         self._episodes = 0
@@ -176,16 +172,9 @@ class Collector:
         with self.timer.time("env_step"):
             result = self.env.step(actions)
         with self.timer.time("push"):
-            fields = {
-                "obs": self._obs,
-                "actions": torch.from_numpy(actions),
-                "rewards": torch.from_numpy(result.rewards),
-                "dones": torch.from_numpy(result.terminated),
-                "truncations": torch.from_numpy(result.truncated),
-            }
-            if self._critic_obs is not None:
-                fields["critic_obs"] = self._critic_obs
-            pushed = self.ring.push(fields)
+            pushed = self.ring.push(
+                step_transition(self._obs, self._critic_obs, torch.from_numpy(actions), result)
+            )
         assert pushed, "the ring had room before the step; a single producer cannot lose it"
         self._obs = torch.from_numpy(np.array(result.obs, dtype=np.float32))
         self._critic_obs = self._own_critic_obs(result.critic_obs)

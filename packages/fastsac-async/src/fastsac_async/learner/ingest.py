@@ -95,18 +95,11 @@ def _staging(
 
 
 def _extend(buffer: ReplayBuffer, fields: Shard, block: int | None = None) -> None:
-    """One ``extend_batch`` (or ``extend_block`` of ``block``) from a field dict.
-
-    ``critic_obs`` absent: the buffer shares ``obs``.
-    """
-    values = (
-        fields["obs"], fields.get("critic_obs"), fields["actions"], fields["rewards"], fields["dones"],
-        fields["truncations"],
-    )  # fmt: skip
+    """One ``extend_batch`` (or ``extend_block`` of ``block``) from a ring's field dict."""
     if block is None:
-        buffer.extend_batch(*values)
+        buffer.extend_batch(fields)
     else:
-        buffer.extend_block(block, *values)
+        buffer.extend_block(block, fields)
 
 
 class Ingestor:

@@ -33,7 +33,7 @@ from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name, rend
 from fastsac_async.stats import offer
 from fastsac_async.transport import LearnerEnds, RingOffer, WeightOffer
 from fastsac_async.worker_process import bind, reporting_failure, worker_boot
-from fastsac_core import FastSACAgent, load_checkpoint
+from fastsac_core import FastSACAgent, ReplayBuffer, load_checkpoint
 from shm_transport import StartupHandshake
 
 __all__ = ["run_learner"]
@@ -143,14 +143,10 @@ def run_learner(
 def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAgent, int, int]:
     """Rank ``rank``'s agent for its collectors' envs, with the gstep and update count it starts at."""
     own = spec.topology.collectors_of(rank)
-    agent = FastSACAgent(
-        spec.dims,
-        spec.agent,
-        device,
-        num_envs=sum(c.env_stop - c.env_start for c in own),
-        world_size=learner_world(spec),
-        env_blocks=[c.env_stop - c.env_start for c in own] if spec.options.ingest == "ragged" else None,
-    )
+    widths = [c.env_stop - c.env_start for c in own]
+    blocks = widths if spec.options.ingest == "ragged" else None
+    buffer = ReplayBuffer.of(spec.dims, spec.agent, sum(widths), device=device, blocks=blocks)
+    agent = FastSACAgent(spec.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec))
     if spec.resume_from is None:
         return agent, 0, 0
     # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same

@@ -1,0 +1,125 @@
+"""The trained state of one rank: actor, critics and their targets, ``log_alpha``, three optimizers."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._distributed import ProcessGroup, broadcast_tensors
+from ._networks import Actor, DistributionalCritic
+from .config import FastSACConfig
+from .env import EnvDims
+
+__all__ = ["SACModel", "build_actor"]
+
+
+def build_actor(dims: EnvDims, cfg: FastSACConfig) -> Actor:
+    """The actor network of ``cfg`` for a task of ``dims`` (shared by the agent and ``InferencePolicy``)."""
+    return Actor(
+        dims.obs_dim,
+        dims.act_dim,
+        cfg.actor_hidden_dim,
+        dims.action_low,
+        dims.action_high,
+        cfg.log_std_min,
+        cfg.log_std_max,
+        cfg.use_layer_norm,
+    )
+
+
+class SACModel:
+    """Networks, ``log_alpha`` and their optimizers, identical on every rank from the start.
+
+    Args:
+        dims: Task dimensions and action bounds.
+        cfg: Hyper-parameters.
+        device: Where the networks live.
+        world_size: Learner ranks; above one, rank 0's initial weights are broadcast.
+        process_group: torch.distributed group of the learners (default group when ``None``).
+        capturable: Optimizers keep their step counts on the device (captured steps need it).
+    """
+
+    def __init__(
+        self,
+        dims: EnvDims,
+        cfg: FastSACConfig,
+        device: torch.device,
+        *,
+        world_size: int,
+        process_group: ProcessGroup | None,
+        capturable: bool,
+    ) -> None:
+        self.actor = build_actor(dims, cfg).to(device)
+        self.qf = DistributionalCritic(
+            dims.critic_obs_dim,
+            dims.act_dim,
+            cfg.critic_hidden_dim,
+            cfg.num_atoms,
+            cfg.v_min,
+            cfg.v_max,
+            cfg.num_q_networks,
+            cfg.use_layer_norm,
+        ).to(device)
+        self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=device, requires_grad=True)
+        if world_size > 1:  # identical initial weights on every rank
+            broadcast_tensors(
+                [*self.actor.parameters(), *self.qf.parameters(), self.log_alpha], 0, process_group
+            )
+        self.qf_target = copy.deepcopy(self.qf).requires_grad_(False)
+        self.target_entropy = -dims.act_dim * cfg.target_entropy_ratio
+
+        self._fused, self._capturable = device.type == "cuda", capturable
+        betas = (cfg.adam_beta1, cfg.adam_beta2)
+        self.critic_optimizer = torch.optim.AdamW(
+            self.qf.parameters(), lr=cfg.critic_lr, betas=betas, weight_decay=cfg.weight_decay,
+            fused=self._fused, capturable=capturable,
+        )  # fmt: skip
+        self.actor_optimizer = torch.optim.AdamW(
+            self.actor.parameters(), lr=cfg.actor_lr, betas=betas, weight_decay=cfg.weight_decay,
+            fused=self._fused, capturable=capturable,
+        )  # fmt: skip
+        self.alpha_optimizer = torch.optim.Adam(
+            [self.log_alpha], lr=cfg.alpha_lr, betas=betas, fused=self._fused, capturable=capturable
+        )
+
+    @property
+    def optimizers(self) -> tuple[torch.optim.Optimizer, ...]:
+        """The actor's, the critics' and alpha's optimizers."""
+        return self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer
+
+    def critic_params(self) -> Iterator[Tensor]:
+        """What the critic step trains: the critics' parameters, then ``log_alpha``."""
+        yield from self.qf.parameters()
+        yield self.log_alpha
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, targets, ``log_alpha`` and optimizers (the tensors are live, not copies)."""
+        return {
+            "actor": self.actor.state_dict(),
+            "qf": self.qf.state_dict(),
+            "qf_target": self.qf_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``; the optimizers keep this model's ``fused`` and ``capturable``."""
+        self.actor.load_state_dict(state["actor"])
+        self.qf.load_state_dict(state["qf"])
+        self.qf_target.load_state_dict(state["qf_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:  # a checkpoint carries its writer's settings
+                group["capturable"] = self._capturable
+                group["fused"] = self._fused
