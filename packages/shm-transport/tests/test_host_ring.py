@@ -5,10 +5,9 @@ import pytest
 import torch
 
 import shm_transport._segment as seg
-from shm_transport import HostRing, RingLayout, TransitionRing, default_prefix
+from shm_transport import HostRing, RingLayout, RingProducerHandle, TransitionRing, default_prefix
 from shm_transport.exceptions import (
     RingLayoutError,
-    RingProducerHandle,
     SegmentError,
     UnsupportedPlatformError,
     UnwrittenSlotError,
