@@ -77,6 +77,8 @@ def _local_factory(num_envs: int, seed: int) -> object:
         ),
         ({"env_id": "Hopper-v5", "env_kwargs": {"bad key": 1}}, "env_kwargs key 'bad key' is invalid"),
         ({"env_id": "Hopper-v5", "overrides": ["--multirun"]}, "--multirun is not supported"),
+        ({"env_id": "Hopper-v5", "overrides": ["seed=1,2"]}, "call train() once per seed"),
+        ({"env_id": "Hopper-v5", "overrides": ["logger=tensorboard,bogus"]}, "logger="),
     ],
 )
 def test_mistakes_raise_the_command_lines_one_line_error(kwargs: dict[str, object], message: str) -> None:

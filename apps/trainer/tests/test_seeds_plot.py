@@ -114,3 +114,18 @@ def test_seed_list_trains_sibling_runs_then_plot_shows_their_mean_and_spread(tmp
     assert curve.x[0] == max(s1[0], s2[0]) and curve.x[-1] == min(s1[-1], s2[-1])
     last = [np.interp(curve.x[-1], s1, v1), np.interp(curve.x[-1], s2, v2)]
     assert curve.mean[-1] == pytest.approx(np.mean(last)) and curve.std[-1] == pytest.approx(np.std(last))
+
+
+def test_a_seed_list_under_torchrun_on_several_hosts_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts agree on one run per launch: a seed list across 2 torchrun hosts is one line, not a reuse."""
+    for key, value in {
+        "TORCHELASTIC_RUN_ID": "job7",
+        "GROUP_RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29400",
+    }.items():
+        monkeypatch.setenv(key, value)  # fmt: skip
+    with pytest.raises(TrainerAppError, match=r"seed=1,2 is invalid under torchrun with 2 hosts"):
+        seed_runs(["seed=1,2"])

@@ -213,9 +213,13 @@ def train(
     from trainer import cli
     from trainer.arguments import overrides_only
     from trainer.config.compose import merge_overrides
+    from trainer.loggers import quote_logger_list
+    from trainer.seeds import seed_runs
 
-    extra = overrides_only(list(overrides))  # flags refused as on the command line
+    extra = quote_logger_list(overrides_only(list(overrides)))  # as on the command line
     given = merge_overrides(_env_overrides(task, env_id, env_factory, env_kwargs, env_import), extra)
+    if len(seed_runs(given)) > 1:
+        raise TrainerAppError("a list of seeds is invalid in train(): call train() once per seed (seed=N)")
     outcome = RunOutcome()
     try:
         cli.train(given, outcome)

@@ -1,9 +1,10 @@
 """Command line entry point of the trainer: ``uv run trainer [task=NAME] [key=value ...]``.
 
 Subcommands are dispatched on the first argument before hydra sees anything: ``trainer eval ...``,
-``trainer export ...``, ``--help``. Everything else is a training run: compose and validate the
-config, create the run folder, print the placement, then run the synchronous or asynchronous
-trainer with the console and TensorBoard as reporters. A user's mistake exits with code 2 and
+``trainer export ...``, ``trainer plot ...``, ``--help``. Everything else is a training run (one per
+seed of ``seed=a,b,...``): compose and validate the config, create the run folder, print the
+placement, then run the synchronous or asynchronous trainer with the console and the loggers
+(TensorBoard, W&B) as reporters. A user's mistake exits with code 2 and
 one line on stderr, never a traceback.
 
 Stopping: SIGINT (Ctrl+C), SIGTERM, SIGHUP and ``algo.trainer.checkpoint_signal`` stop a run

@@ -49,8 +49,9 @@ def seed_runs(overrides: list[str]) -> list[list[str]]:
 
     Raises:
         TrainerAppError: A seed is not a non-negative integer, is listed twice, or a list of seeds
-            is combined with ``resume=``.
+            is combined with ``resume=`` or with a launch by torchrun on several hosts.
     """
+    from trainer.cluster.context import launch_context
     from trainer.config.store import DEFAULT_TASK
     from trainer.run_dir import default_run_name
 
@@ -62,6 +63,12 @@ def seed_runs(overrides: list[str]) -> list[list[str]]:
         raise TrainerAppError(
             f"{given[-1]} is invalid with resume=: a resume continues one run; resume each seed's folder "
             "on its own (resume=runs/<name>_s<seed>)"
+        )
+    context = launch_context()
+    if context is not None and context.num_hosts > 1:
+        raise TrainerAppError(
+            f"{given[-1]} is invalid under torchrun with {context.num_hosts} hosts: the hosts agree on one "
+            "run per launch; launch once per seed (seed=N)"
         )
     names = [o.partition("=")[2] for o in overrides if o.startswith("run_name=")]
     tasks = [o.partition("=")[2] for o in overrides if o.startswith("task=")]
