@@ -10,7 +10,8 @@ import pytest
 import torch.distributed as dist
 
 from fastsac_async.hosts import HostGroup, open_store
-from trainer.cluster.agree import HostRecord, check_agreement, render_hosts
+from trainer.arguments import composed
+from trainer.cluster.agree import HostRecord, check_agreement, host_record, render_hosts
 from trainer.cluster.context import launch_context
 from trainer.cluster.watch import HostWatch
 from trainer.config.exceptions import TrainerAppError
@@ -94,6 +95,17 @@ def test_hosts_that_disagree_get_one_line_naming_the_host_and_values(
     """A setting that differs between hosts is one line with the setting, both hosts and both values."""
     with pytest.raises(TrainerAppError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
         check_agreement([_record(0), _record(1, **other)])
+
+
+def test_hosts_that_differ_in_any_hyper_parameter_disagree() -> None:
+    """Records built from real resolved runs: a gamma that differs between hosts is named, not all-reduced."""
+    base = ["task=pendulum", "algo.trainer.device=cpu"]
+    runs = [composed([*base, f"algo.agent.gamma={gamma}"])[0] for gamma in (0.99, 0.9)]
+    records = [HostRecord.from_json(host_record(h, run, None, None).to_json()) for h, run in enumerate(runs)]
+    same = HostRecord.from_json(host_record(1, runs[0], None, None).to_json())
+    assert same.settings == records[0].settings  # the JSON round trip keeps equal settings equal
+    with pytest.raises(TrainerAppError, match=r"^hosts disagree on algo.agent.gamma: host 0 .* 0.99, host 1"):
+        check_agreement(records)
 
 
 def test_a_batch_that_does_not_divide_across_all_learners_is_one_line() -> None:

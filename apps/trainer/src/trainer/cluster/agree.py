@@ -68,7 +68,8 @@ def host_record(host: int, run: Any, topology: Any, resumed_at: int | None) -> H
         "learners per host": len(learners),
         "learner device kind": sorted({d.split(":")[0] for d in learners}),
         **{f"algo.agent.{key}": agent[key] for key in _NETWORK},
-        "algo.agent.batch_size": agent["batch_size"],
+        # every other hyper-parameter too: the ranks all-reduce their gradients as one learner
+        **{f"algo.agent.{key}": value for key, value in sorted(agent.items()) if key not in _NETWORK},
         "algo.trainer.num_learning_iterations": trainer["num_learning_iterations"],
         "resumed at iteration": resumed_at,
     }
