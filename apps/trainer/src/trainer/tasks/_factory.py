@@ -5,13 +5,30 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from fastsac_core.env import EnvDims, EnvFactory
 from trainer.tasks._mujoco_env import MujocoBatchedEnv
 from trainer.tasks.exceptions import TaskError
 
-__all__ = ["MujocoEnvFactory", "import_env_module", "probe_dims"]
+__all__ = ["MujocoEnvFactory", "import_env_module", "import_user_module", "probe_dims"]
+
+
+def import_user_module(module: str, setting: str) -> ModuleType:
+    """Import a user's ``module`` that ``setting`` names (its value as given).
+
+    Raises:
+        TaskError: Any import-time failure, as one line: the setting, the error, the fix.
+    """
+    try:
+        return importlib.import_module(module)
+    except Exception as error:  # any import-time failure of the user's module is one line.
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TaskError(
+            f"{setting} is invalid: {first}; put the module's folder on PYTHONPATH "
+            "(or install its package) so every process can import it"
+        ) from None
 
 
 def import_env_module(module: str | None) -> None:
@@ -20,16 +37,8 @@ def import_env_module(module: str | None) -> None:
     Raises:
         TaskError: The module cannot be imported (one line: its name, the error, the fix).
     """
-    if module is None:
-        return
-    try:
-        importlib.import_module(module)
-    except Exception as error:  # any import-time failure of the user's module is one line.
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise TaskError(
-            f"task.env_import={module!r} is invalid: {first}; put the module's folder on PYTHONPATH "
-            "(or install its package) so every process can import it"
-        ) from None
+    if module is not None:
+        import_user_module(module, f"task.env_import={module!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,14 +8,13 @@ satisfies :class:`fastsac_core.env.BatchedEnv` (``wiki/tasks.md`` has a complete
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastsac_core.env import BatchedEnv, EnvDims
-from trainer.tasks._factory import import_env_module
+from trainer.tasks._factory import import_env_module, import_user_module
 from trainer.tasks.exceptions import TaskError
 
 __all__ = ["UserEnvFactory", "load_target", "target_of"]
@@ -33,15 +32,7 @@ def load_target(target: str) -> Callable[..., Any]:
     module_name, colon, qualname = target.partition(":")
     if not colon or not module_name or not qualname:
         raise TaskError(f"{_SETTING}={target!r} is invalid: write it as package.module:function")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # any import-time failure of the user's module is one line.
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise TaskError(
-            f"{_SETTING}={target!r} is invalid: {first}; put the module's folder on PYTHONPATH "
-            "(or install its package) so every process can import it"
-        ) from None
-    found: Any = module
+    found: Any = import_user_module(module_name, f"{_SETTING}={target!r}")
     for part in qualname.split("."):
         found = getattr(found, part, None)
     if not callable(found):
