@@ -37,7 +37,7 @@ from _harness import Row, TrainerRun, add_output_args, machine, report, run_trai
 from learner_updates import build, measure
 
 from fastsac_core import FastSACConfig, InferencePolicy
-from trainer.tasks import TASKS, probe_dims
+from fastsac_trainer.tasks import TASKS, probe_dims
 
 _DRAIN_ONLY = [
     "algo.trainer.async_options.cpus_per_collector=1",
@@ -74,7 +74,7 @@ def _bare(
     env_id: str, envs: int, cpus: tuple[int, ...], seconds: float, out: mp.Queue[tuple[float, float]]
 ) -> None:
     """One ceiling process on ``cpus``: (env steps/s, ms per step) over the last 2/3 of ``seconds``."""
-    from trainer.tasks import MujocoEnvFactory
+    from fastsac_trainer.tasks import MujocoEnvFactory
 
     os.sched_setaffinity(0, cpus)
     torch.set_num_threads(1)

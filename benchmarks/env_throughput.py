@@ -1,4 +1,4 @@
-"""Env throughput of trainer.tasks.MujocoBatchedEnv: one core stepping a batch, and collector style.
+"""Env throughput of fastsac_trainer.tasks.MujocoBatchedEnv: one core stepping a batch, and collector style.
 
 For every task: (a) one process pinned to one core stepping 64 envs with batched random
 actions; (b) two processes x 32 envs, each pinned to its own core, stepping at the same time
@@ -31,7 +31,7 @@ def _pin(cpu: int | None) -> None:
 def _measure_batched(task: str, num_envs: int, cpu: int | None, seconds: float, barrier: Barrier) -> float:
     """Env steps per second of one MujocoBatchedEnv shard (runs in a spawned process)."""
     _pin(cpu)
-    from trainer.tasks import get_task
+    from fastsac_trainer.tasks import get_task
 
     env = get_task(task).env_factory()(num_envs, cpu or 0)
     try:
@@ -56,7 +56,7 @@ def _measure_sync_vector(
     _pin(cpu)
     import gymnasium as gym
 
-    from trainer.tasks import get_task, quiet_mujoco_compiler
+    from fastsac_trainer.tasks import get_task, quiet_mujoco_compiler
 
     spec = get_task(task)
     with quiet_mujoco_compiler():
@@ -102,7 +102,7 @@ def ab_compare(task: str, num_envs: int, rounds: int, seconds: float) -> tuple[f
     """
     import gymnasium as gym
 
-    from trainer.tasks import get_task, quiet_mujoco_compiler
+    from fastsac_trainer.tasks import get_task, quiet_mujoco_compiler
 
     _pin(sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else None)
     spec = get_task(task)

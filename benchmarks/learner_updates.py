@@ -29,7 +29,7 @@ import torch
 from _harness import machine
 
 from fastsac_core import EnvDims, ExecutionPolicy, FastSACAgent, FastSACConfig, ReplayBuffer
-from trainer.tasks import TASKS
+from fastsac_trainer.tasks import TASKS
 
 HUMANOID = EnvDims(
     obs_dim=348, critic_obs_dim=348, act_dim=17, action_low=(-0.4,) * 17, action_high=(0.4,) * 17,

@@ -7,11 +7,11 @@ import pytest
 
 from fastsac_async import AsyncOptions, CollectorSnapshot, EngineStats, LearnerSnapshot, aggregate_collectors
 from fastsac_core import FastSACConfig, peek_checkpoint
+from fastsac_trainer.async_trainer import engine_snapshot, run_async
+from fastsac_trainer.plan import RunPlan
+from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.tasks import MujocoEnvFactory, probe_dims
 from shm_transport import list_segments
-from trainer.async_trainer import engine_snapshot, run_async
-from trainer.plan import RunPlan
-from trainer.reporting import Snapshot
-from trainer.tasks import MujocoEnvFactory, probe_dims
 
 
 class Recorder:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fastsac_core import peek_checkpoint
-from trainer.run_dir import latest_checkpoint
+from fastsac_trainer.run_dir import latest_checkpoint
 
 TRAINER = Path(sys.executable).parent / "trainer"
 BUDGET = 400

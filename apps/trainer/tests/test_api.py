@@ -1,4 +1,4 @@
-"""``from trainer import train``: the command line's run from Python, its result, its errors as exceptions."""
+"""``from fastsac_trainer import train``: the CLI's run from Python, its result, its errors as exceptions."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
-from trainer import TrainerAppError, TrainResult, train
-from trainer.api import hydra_value
+from fastsac_trainer import TrainerAppError, TrainResult, train
+from fastsac_trainer.api import hydra_value
 
 SMALL = [
     "task.num_envs=4",

@@ -100,8 +100,8 @@ def test_sync_run_then_resume_continues_the_iteration_counter(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    importlib.util.find_spec("trainer.async_trainer") is None,
-    reason="trainer.async_trainer (run_async) has not landed yet",
+    importlib.util.find_spec("fastsac_trainer.async_trainer") is None,
+    reason="fastsac_trainer.async_trainer (run_async) has not landed yet",
 )
 def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     """A tiny async run with 2 collectors boots, trains, checkpoints and leaves a clean run folder."""
@@ -139,7 +139,7 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
 
 def test_help_lists_tasks_and_options() -> None:
     """--help lists every task and the key options, exits 0, and needs no hydra run."""
-    from trainer.tasks import TASKS
+    from fastsac_trainer.tasks import TASKS
 
     result = _run([sys.executable, str(APP_DIR), "--help"], APP_DIR)
     out = _ok(result)
@@ -158,7 +158,7 @@ def test_help_lists_tasks_and_options() -> None:
 @pytest.mark.slow
 def test_runs_started_at_once_with_default_names_get_their_own_folders(tmp_path: Path) -> None:
     """Two CLI runs at once with every default name of the next minutes taken: each gets a new folder."""
-    from trainer.run_dir import default_run_name
+    from fastsac_trainer.run_dir import default_run_name
 
     runs = tmp_path / "runs"
     now = time.time()

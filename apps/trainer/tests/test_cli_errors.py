@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cli import main
+from fastsac_trainer.cli import main
 
 OPTS = "algo.trainer.async_options"
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def _saved_run(tmp_path: Path, args: list[str], iteration: int) -> Path:
     """A run folder holding one checkpoint of the agent ``args`` configure, at ``iteration``."""
     from fastsac_core import save_checkpoint
     from fastsac_core.testing import make_agent
-    from trainer.arguments import composed
+    from fastsac_trainer.arguments import composed
 
     run = composed(args).run
     agent = make_agent(run.dims, run.agent, "cpu", num_envs=run.config["task"]["num_envs"])

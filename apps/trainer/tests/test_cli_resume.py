@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from fastsac_core import peek_checkpoint
-from trainer.cli import main
+from fastsac_trainer.cli import main
 
 SYNC_TINY = [
     "task=pendulum",
@@ -52,7 +52,7 @@ def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
 
 def test_an_env_count_moved_for_this_machine_is_saved_for_the_resume() -> None:
     """A num_envs that sizing or the CPU profile moved is saved, so a resume on another machine keeps it."""
-    from trainer.arguments import composed as _composed
+    from fastsac_trainer.arguments import composed as _composed
 
     composed = _composed(["task=humanoid", "algo.trainer.asynchronous=true", "algo.trainer.device=cpu"])
     moved = composed.run.config["task"]["num_envs"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config.exceptions import TrainerAppError
-from trainer.run_dir import (
+from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.run_dir import (
     create_default_run_dir,
     create_run_dir,
     default_run_name,

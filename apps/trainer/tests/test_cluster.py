@@ -10,11 +10,11 @@ import pytest
 import torch.distributed as dist
 
 from fastsac_async.hosts import HostGroup, open_store
-from trainer.arguments import composed
-from trainer.cluster.agree import HostRecord, check_agreement, host_record, render_hosts
-from trainer.cluster.context import launch_context
-from trainer.cluster.watch import HostWatch
-from trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.arguments import composed
+from fastsac_trainer.cluster.agree import HostRecord, check_agreement, host_record, render_hosts
+from fastsac_trainer.cluster.context import launch_context
+from fastsac_trainer.cluster.watch import HostWatch
+from fastsac_trainer.config.exceptions import TrainerAppError
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "job7",

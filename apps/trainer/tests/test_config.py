@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from trainer.config.compose import compose_config, explicit_keys, merge_overrides
-from trainer.config.exceptions import ConfigError, TrainerAppError
-from trainer.config.resolve import CPU_PROFILE, apply_cpu_profile, resolve_device, resolve_run
-from trainer.config.store import task_node
-from trainer.config.validate import validate_config
-from trainer.tasks import TASKS
+from fastsac_trainer.config.compose import compose_config, explicit_keys, merge_overrides
+from fastsac_trainer.config.exceptions import ConfigError, TrainerAppError
+from fastsac_trainer.config.resolve import CPU_PROFILE, apply_cpu_profile, resolve_device, resolve_run
+from fastsac_trainer.config.store import task_node
+from fastsac_trainer.config.validate import validate_config
+from fastsac_trainer.tasks import TASKS
 
 OPTS = "algo.trainer.async_options"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from trainer.console import (
+from fastsac_trainer.console import (
     FanOut,
     PlainConsole,
     RichConsole,
@@ -23,8 +23,8 @@ from trainer.console import (
     render_system,
     snapshot_line,
 )
-from trainer.console._keys import KeyReader
-from trainer.reporting import Snapshot
+from fastsac_trainer.console._keys import KeyReader
+from fastsac_trainer.reporting import Snapshot
 
 
 def _snapshot(iteration: int = 50, **scalars: float) -> Snapshot:

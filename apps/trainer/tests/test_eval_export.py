@@ -11,11 +11,11 @@ import torch
 
 from fastsac_core import save_checkpoint
 from fastsac_core.testing import make_agent
-from trainer.config.exceptions import TrainerAppError
-from trainer.evaluate import eval_main, evaluate, load_policy
-from trainer.export import export_main
-from trainer.run_dir import CONFIG_FILE
-from trainer.tasks import get_task, probe_dims
+from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.evaluate import eval_main, evaluate, load_policy
+from fastsac_trainer.export import export_main
+from fastsac_trainer.run_dir import CONFIG_FILE
+from fastsac_trainer.tasks import get_task, probe_dims
 
 
 @pytest.fixture(scope="module")

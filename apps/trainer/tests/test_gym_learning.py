@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import train
-from trainer.evaluate import evaluate, load_policy
-from trainer.tasks import GYM_TASK, env_factory_for
+from fastsac_trainer import train
+from fastsac_trainer.evaluate import evaluate, load_policy
+from fastsac_trainer.tasks import GYM_TASK, env_factory_for
 
 THRESHOLD = 100.0
 CPU_SIZED = [

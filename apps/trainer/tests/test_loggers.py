@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config.exceptions import TrainerAppError
-from trainer.loggers import WandbReporter, quote_logger_list
-from trainer.reporting import Snapshot
-from trainer.tensorboard import logged_scalars
+from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.loggers import WandbReporter, quote_logger_list
+from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.tensorboard import logged_scalars
 
 
 def _snapshot(iteration: int) -> Snapshot:
@@ -40,8 +40,8 @@ def test_an_unknown_logger_is_refused_in_one_line() -> None:
     """``logger=mlflow`` names the setting and the choices."""
     from omegaconf import OmegaConf
 
-    from trainer.config.compose import compose_config
-    from trainer.config.validate import validate_config
+    from fastsac_trainer.config.compose import compose_config
+    from fastsac_trainer.config.validate import validate_config
 
     cfg = OmegaConf.to_container(compose_config(["task=pendulum", "logger='tensorboard,mlflow'"]))
     with pytest.raises(

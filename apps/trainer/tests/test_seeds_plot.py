@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from trainer.config.exceptions import TrainerAppError
-from trainer.plot import curves, plot_runs
-from trainer.reporting import Snapshot
-from trainer.seeds import seed_group, seed_runs
-from trainer.tensorboard import TensorBoardReporter
+from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.plot import curves, plot_runs
+from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.seeds import seed_group, seed_runs
+from fastsac_trainer.tensorboard import TensorBoardReporter
 
 APP_DIR = Path(__file__).resolve().parents[1]
 RETURN = "rollout/mean_return"

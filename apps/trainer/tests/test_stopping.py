@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from trainer.console import STOP_SIGNALS, GuardedStream, PlainConsole, StopRequest
+from fastsac_trainer.console import STOP_SIGNALS, GuardedStream, PlainConsole, StopRequest
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

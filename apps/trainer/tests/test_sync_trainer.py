@@ -13,10 +13,10 @@ import torch
 
 from fastsac_async.config import AsyncOptions
 from fastsac_core import peek_checkpoint
-from trainer.plan import RunPlan, checkpoint_path
-from trainer.reporting import Snapshot
-from trainer.sync_trainer import run_sync
-from trainer.tasks import get_task, probe_dims
+from fastsac_trainer.plan import RunPlan, checkpoint_path
+from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.sync_trainer import run_sync
+from fastsac_trainer.tasks import get_task, probe_dims
 
 # Tiny and fast: 4 pendulum envs, 2 random iterations, then 2 updates per iteration on 16 samples.
 TINY: dict[str, Any] = {

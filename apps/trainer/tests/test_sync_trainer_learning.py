@@ -23,10 +23,10 @@ from fastsac_async.config import AsyncOptions
 from fastsac_core import load_checkpoint
 from fastsac_core.env import BatchedEnv
 from fastsac_core.testing import make_agent
-from trainer.plan import RunPlan
-from trainer.reporting import Snapshot
-from trainer.sync_trainer import run_sync
-from trainer.tasks import get_task, probe_dims
+from fastsac_trainer.plan import RunPlan
+from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.sync_trainer import run_sync
+from fastsac_trainer.tasks import get_task, probe_dims
 
 EVAL_ENVS = 16
 THRESHOLD = 150.0

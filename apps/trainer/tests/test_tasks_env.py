@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from trainer.tasks import (
+from fastsac_trainer.tasks import (
     TASKS,
     MujocoBatchedEnv,
     MujocoEnvFactory,

@@ -12,8 +12,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from trainer.cli import main
-from trainer.tasks import (
+from fastsac_trainer.cli import main
+from fastsac_trainer.tasks import (
     GYM_TASK,
     MujocoBatchedEnv,
     MujocoEnvFactory,

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from fastsac_core.config import FastSACConfig
-from trainer.tasks import TASKS, TaskError, TaskSpec, UnknownTaskError, get_task, task_names
+from fastsac_trainer.tasks import TASKS, TaskError, TaskSpec, UnknownTaskError, get_task, task_names
 
 
 def test_unknown_task_lists_known_ones() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from trainer.reporting import Snapshot
-from trainer.tensorboard import ITERATION, TensorBoardReporter, collector_stage_means
+from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.tensorboard import ITERATION, TensorBoardReporter, collector_stage_means
 
 DESIGN_NAMES = (
     "perf/env_steps_per_s",

@@ -36,7 +36,7 @@ TINY = [
 def _trainer(args: list[str], cwd: Path, user_dir: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(user_dir))
     return subprocess.run(
-        [sys.executable, "-m", "trainer", *args],
+        [sys.executable, "-m", "fastsac_trainer", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

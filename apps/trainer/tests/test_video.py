@@ -14,9 +14,9 @@ import torch
 
 from fastsac_core import save_checkpoint
 from fastsac_core.testing import make_agent
-from trainer.rendering import BACKENDS, RenderingError, _probe, select_gl
-from trainer.run_dir import CONFIG_FILE
-from trainer.tasks import get_task, probe_dims
+from fastsac_trainer.rendering import BACKENDS, RenderingError, _probe, select_gl
+from fastsac_trainer.run_dir import CONFIG_FILE
+from fastsac_trainer.tasks import get_task, probe_dims
 
 APP_DIR = Path(__file__).resolve().parents[1]
 

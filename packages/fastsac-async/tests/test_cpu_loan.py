@@ -12,7 +12,7 @@ from fastsac_async import AsyncOptions, EngineSpec
 from fastsac_async.learner.cpu_loan import borrowed_cpus, compile_cpus
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
-from topology import LearnerPlacement
+from fastsac_topology import LearnerPlacement
 
 CPUS = sorted(os.sched_getaffinity(0))
 needs_two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 CPUs to lend one")

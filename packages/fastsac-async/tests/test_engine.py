@@ -19,8 +19,8 @@ from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads, ren
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig, peek_checkpoint, save_checkpoint
 from fastsac_core.testing import make_agent
+from fastsac_topology import LearnerPlacement
 from shm_transport import default_prefix
-from topology import LearnerPlacement
 
 CFG = FastSACConfig(
     actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,

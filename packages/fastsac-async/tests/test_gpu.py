@@ -11,9 +11,9 @@ from fastsac_async import AsyncOptions, EngineSpec, Ingestor, run_engine
 from fastsac_async.spec import weight_extras
 from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory
 from fastsac_core import FastSACConfig, ReplayBuffer, step_transition, transition_fields
+from fastsac_topology import resolve_trainer_topology
 from numa_bind import discover_host
 from shm_transport import CudaIpcRing, HostRing, RingCursors, RingLayout
-from topology import resolve_trainer_topology
 
 pytestmark = pytest.mark.gpu
 OBS, ACT = 5, 2

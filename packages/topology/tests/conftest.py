@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from fastsac_topology import TrainerTopology, resolve_trainer_topology
 from numa_bind import GpuLocality, HostLayout, NumaNode
-from topology import TrainerTopology, resolve_trainer_topology
 
 
 def build_host(

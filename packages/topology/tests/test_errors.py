@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from topology import TopologyError
+from fastsac_topology import TopologyError
 
 Resolve = Callable[..., Any]
 

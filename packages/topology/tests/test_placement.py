@@ -1,11 +1,11 @@
-"""NUMA and CPU placement on synthetic hosts (Note [CPU placement] in topology._cpus)."""
+"""NUMA and CPU placement on synthetic hosts (Note [CPU placement] in fastsac_topology._cpus)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from topology import TrainerTopology
+from fastsac_topology import TrainerTopology
 
 Resolve = Callable[..., TrainerTopology]
 Host = Callable[..., Any]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastsac_topology import TopologyError, TrainerTopology, resolve_trainer_topology
 from numa_bind import GpuLocality, HostLayout, NumaNode
-from topology import TopologyError, TrainerTopology, resolve_trainer_topology
 
 
 @st.composite

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from topology import TrainerTopology
+from fastsac_topology import TrainerTopology
 
 
 def test_render_lists_every_placement(

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from fastsac_topology import AUTO, TopologyError, resolve_trainer_topology, size_collectors
 from numa_bind import HostLayout
-from topology import AUTO, TopologyError, resolve_trainer_topology, size_collectors
 
 from .conftest import DEFAULTS
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from topology import TrainerTopology
-from topology._transport import choose_transports
+from fastsac_topology import TrainerTopology
+from fastsac_topology._transport import choose_transports
 
 Resolve = Callable[..., TrainerTopology]
 

@@ -9,8 +9,8 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.hosts import HostGroup
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig, policy_extra_fields, transition_fields
+from fastsac_topology import LearnerPlacement, TrainerTopology
 from shm_transport import FieldSpec, RingLayout
-from topology import LearnerPlacement, TrainerTopology
 
 __all__ = [
     "EngineSpec",

@@ -17,8 +17,8 @@ import numpy.typing as npt
 
 from fastsac_async.worker_process import worker_process
 from fastsac_core.env import BatchedEnv, EnvDims, StepResult
+from fastsac_topology import TrainerTopology, resolve_trainer_topology
 from numa_bind import discover_host
-from topology import TrainerTopology, resolve_trainer_topology
 
 __all__ = [
     "FailingEnvFactory",

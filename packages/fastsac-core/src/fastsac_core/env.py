@@ -2,7 +2,7 @@
 
 It lives here (typing only, no simulator imports) so that the asynchronous engine and the
 app's synchronous trainer depend on the same contract; the MuJoCo implementation lives in
-``apps/trainer`` (``trainer.tasks``).
+``apps/trainer`` (``fastsac_trainer.tasks``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,24 @@
+"""The FastSAC trainer app; from Python: ``from fastsac_trainer import train``.
+
+The names below load on first use, so that ``trainer --help`` and the CLI's other quick paths
+import nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastsac_trainer.api import TrainingAbortedError, TrainingFailedError, TrainResult, train
+    from fastsac_trainer.config.exceptions import TrainerAppError
+
+__all__ = ["TrainResult", "TrainerAppError", "TrainingAbortedError", "TrainingFailedError", "train"]
+
+_HOMES = {"TrainerAppError": "fastsac_trainer.config.exceptions"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES.get(name, "fastsac_trainer.api")), name)

@@ -1,0 +1,186 @@
+"""The asynchronous trainer: RunPlan -> topology -> fastsac-async engine -> Snapshots.
+
+Takes the plan's placement (or resolves it, ``fastsac_trainer.config.placement.resolve_placement``), runs
+:func:`fastsac_async.run_engine`, and turns each engine stats tick into a :class:`Snapshot` with
+the metric names of DESIGN.md. Worker failures reach the boot view (during start-up) and the
+caller (as :class:`fastsac_async.WorkerFailed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from fastsac_async import (
+    BootTimeoutError,
+    EngineResult,
+    EngineSpec,
+    EngineStats,
+    StopReason,
+    WorkerFailed,
+    run_engine,
+)
+from fastsac_trainer.config.placement import resolve_placement
+from fastsac_trainer.plan import RunPlan
+from fastsac_trainer.reporting import Reporter, Snapshot
+
+__all__ = ["AsyncResult", "BootView", "engine_snapshot", "run_async"]
+
+log = logging.getLogger(__name__)
+
+
+class BootView(Protocol):
+    """Receives worker states during boot (the console's ``fastsac_trainer.console.BootView`` fits)."""
+
+    def worker_state(self, name: str, state: str) -> None:
+        """Worker ``name`` is now ``state`` (booting, ready, running)."""
+        ...
+
+    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
+        """Worker ``name`` failed for ``reason``; its error log is at ``log_path``."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AsyncResult:
+    """How an asynchronous run ended."""
+
+    iterations: int
+    """Global step reached (full env batches)."""
+    env_steps: int
+    """Transitions collected (sum of collector steps × envs per collector)."""
+    updates: int
+    """Updates run by learner 0."""
+    collector_steps: list[int]
+    """Steps of every collector."""
+    last_checkpoint: Path | None
+    """The last checkpoint written."""
+    stop_reason: StopReason
+    """``completed``, ``time_limit`` or ``stop_requested`` (Ctrl+C, should_stop)."""
+
+
+def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) -> Snapshot:
+    """A :class:`Snapshot` with DESIGN.md's metric names from one engine stats tick."""
+    s = stats.summary
+    learners = list(stats.learners.values())
+    scalars: dict[str, float] = {
+        "perf/env_steps_per_s": s.steps_per_s,
+        "perf/updates_per_s": stats.learners[0].updates_per_s if 0 in stats.learners else 0.0,
+        "perf/learn_pct": sum(x.learn_pct for x in learners) / max(1, len(learners)),
+        "async/policy_lag": float(s.max_policy_lag),
+        "async/ring_fill": float(s.ring_fill),
+        "async/weight_version": float(s.weight_version),
+        "async/utd": stats.updates / max(1, stats.global_step),
+    }
+    collect = sum(v for k, v in s.timing_ms.items() if k in ("env_step", "inference"))
+    if s.timing_ms:
+        scalars["perf/collect_ms_per_batch"] = collect
+    scalars.update({f"perf/collector_{k}_ms": v for k, v in s.timing_ms.items()})
+    scalars.update({f"perf/collector_{k}_pct": v for k, v in s.time_pct.items()})
+    if len(stats.collectors) > 1:
+        scalars.update({f"async/{k}": v for k, v in s.per_collector.items() if not k.startswith("env_")})
+    if s.mean_return is not None:
+        scalars["rollout/mean_return"] = s.mean_return
+    if s.mean_ep_len is not None:
+        scalars["rollout/mean_ep_len"] = s.mean_ep_len
+    if 0 in stats.learners:
+        scalars.update({f"train/{k}": v for k, v in stats.learners[0].metrics.items()})
+        scalars.update({f"perf/learner_{k}_pct": v for k, v in stats.learners[0].host_pct.items()})
+    timing = {f"collector{i}": dict(c.timing_ms) for i, c in sorted(stats.collectors.items())}
+    timing.update({f"learner{r}": dict(x.timing_ms) for r, x in sorted(stats.learners.items())})
+    env_steps = sum(stats.collector_steps) * envs_per_collector
+    return Snapshot(
+        iteration=stats.global_step,
+        env_steps=env_steps,
+        total_env_steps=plan.num_iterations * plan.num_envs,
+        elapsed_s=stats.elapsed_s,
+        scalars=scalars,
+        timing=timing,
+        warming_up=stats.global_step < plan.agent.learning_starts,
+    )
+
+
+def run_async(
+    plan: RunPlan,
+    reporter: Reporter,
+    *,
+    should_stop: Callable[[], bool],
+    boot_view: BootView | None = None,
+    should_abort: Callable[[], bool] = lambda: False,
+) -> AsyncResult:
+    """Train ``plan`` with collector and learner processes; report to ``reporter``.
+
+    Args:
+        plan: The validated run.
+        reporter: Console/TensorBoard sink.
+        should_stop: Polled; True stops cleanly (rank 0 writes a final checkpoint).
+        boot_view: Receives worker states during boot and the failing worker.
+        should_abort: Polled, also while stopping; True stops at once (no final checkpoint).
+
+    Raises:
+        fastsac_async.WorkerFailed: A worker died; the message names it, its exit status and its
+            error log (also passed to ``boot_view.failed``).
+        fastsac_async.RunAborted: ``should_abort()`` turned true; every worker is gone.
+    """
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    topology = plan.topology if plan.topology is not None else resolve_placement(plan, cuda_count)
+    for note in topology.notes:
+        log.info("placement: %s", note)
+    spec = EngineSpec(
+        topology=topology,
+        env_factory=plan.env_factory,
+        dims=plan.dims,
+        agent=plan.agent,
+        options=plan.async_options,
+        seed=plan.seed,
+        num_iterations=plan.num_iterations,
+        logging_interval=plan.logging_interval,
+        save_interval=plan.save_interval,
+        run_dir=plan.run_dir,
+        resume_from=plan.resume_from,
+        time_limit_s=plan.time_limit_s,
+        hosts=plan.hosts,
+    )
+    per_collector = topology.num_envs_per_collector
+
+    reported_step = -1
+
+    def on_stats(stats: EngineStats) -> None:
+        # One report per global step: the learner reports its last window when it stops, then sends
+        # one more tick at the same step for the final checkpoint (an empty window: 0 updates/s).
+        nonlocal reported_step
+        step = stats.learners[0].global_step  # the learner's own step (ticks drained together share one)
+        if step != reported_step:
+            reported_step = step
+            reporter.report(engine_snapshot(plan, stats, per_collector))
+        if stats.checkpoint is not None:
+            reporter.checkpoint_saved(Path(stats.checkpoint))
+
+    def on_boot(worker: str, state: str) -> None:
+        if boot_view is not None:
+            boot_view.worker_state(worker, state)
+
+    try:
+        result: EngineResult = run_engine(spec, on_stats, on_boot, should_stop, should_abort)
+    except WorkerFailed as failure:
+        if boot_view is not None:
+            boot_view.failed(failure.worker, str(failure), failure.error_log)
+        raise
+    except BootTimeoutError as failure:
+        if boot_view is not None:
+            for worker in failure.waiting_for:
+                boot_view.failed(worker, "did not report ready", None)
+        raise
+    return AsyncResult(
+        iterations=result.global_step,
+        env_steps=sum(result.collector_steps) * per_collector,
+        updates=result.updates,
+        collector_steps=result.collector_steps,
+        last_checkpoint=Path(result.last_checkpoint) if result.last_checkpoint else None,
+        stop_reason=result.stop_reason,
+    )

@@ -1,0 +1,112 @@
+"""Composing the config with hydra's compose API, and hydra's errors condensed to one line.
+
+The compose API (not ``@hydra.main``) is used on purpose: hydra never changes the working
+directory, never creates ``outputs/`` or ``.hydra/`` folders, and never prints its own
+tracebacks; the run folder is the app's (``fastsac_trainer.run_dir``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hydra import compose, initialize
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.config.store import PRIMARY_CONFIG, register_configs
+
+__all__ = ["compose_config", "explicit_keys", "merge_overrides"]
+
+_MISSING = re.compile(r"Could not find '([^/']+)/([^']*)'")
+_GRAMMAR = "write overrides as key=value, e.g. algo.trainer.async_options.num_collectors=2"
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The composed config for command-line ``overrides`` (``task=ant``, ``algo.agent.gamma=0.98``).
+
+    Raises:
+        TrainerAppError: A malformed override, an unknown group option or key, or a value of the
+            wrong type; the message is one line naming the override and the fix.
+    """
+    _refuse_hydra_settings(overrides)
+    register_configs()
+    try:
+        with initialize(version_base=None, config_path=None):
+            return compose(config_name=PRIMARY_CONFIG, overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise TrainerAppError(condense_error(error)) from None
+
+
+def _refuse_hydra_settings(overrides: list[str]) -> None:
+    """Hydra's own settings would be accepted and ignored by the compose API: refuse them instead."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:
+        raise TrainerAppError(condense_error(error)) from None
+    for override in parsed:
+        if override.is_hydra_override():
+            raise TrainerAppError(
+                f"{override.key_or_group}={override.value()!r} is not supported: the trainer uses no hydra "
+                "settings (hydra.*, hydra/...); its run folder is runs_root/run_name: set runs_root=DIR "
+                "run_name=NAME instead"
+            )
+
+
+def explicit_keys(overrides: list[str]) -> frozenset[str]:
+    """The keys the user set on the command line (``algo.agent.batch_size``), without ``+``/``~``."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return frozenset(o.key_or_group for o in parsed)
+
+
+def merge_overrides(*layers: list[str]) -> list[str]:
+    """The overrides of ``layers`` with one entry per key: a later layer's (or line's) entry wins.
+
+    ``task=ant`` and ``task=hopper`` share the key ``task``; ``+k=v``, ``++k=v`` and ``~k`` count as
+    ``k``. The result keeps each key's latest entry, in the order the keys were last set.
+
+    Raises:
+        TrainerAppError: An override is malformed (one line, as ``compose_config`` says it).
+    """
+    parser = OverridesParser.create()
+    merged: dict[str, str] = {}
+    for layer in layers:
+        try:
+            parsed = parser.parse_overrides(layer)
+        except HydraException as error:
+            raise TrainerAppError(condense_error(error)) from None
+        for text, override in zip(layer, parsed, strict=True):
+            merged.pop(override.key_or_group, None)
+            merged[override.key_or_group] = text
+    return list(merged.values())
+
+
+def condense_error(error: BaseException) -> str:
+    """One line from a hydra or OmegaConf error: what was wrong, the value seen, the fix."""
+    message = str(error)
+    if isinstance(error, MissingConfigException):
+        match = _MISSING.search(message)
+        if match:
+            group, value = match.groups()
+            options = re.findall(rf"Available options in '{group}':\n((?:\t.*\n?)*)", message)
+            known = ", ".join(line.strip() for line in options[0].splitlines()) if options else ""
+            return f"{group}={value!r} is invalid: unknown {group}; choose one of: {known}"
+    if isinstance(error, OverrideParseException):
+        lines = message.splitlines()
+        reason = lines[1].strip() if len(lines) > 1 else ""
+        override = lines[0].removeprefix("Error parsing override ")
+        return f"malformed override: {override} ({reason}); {_GRAMMAR}"
+    cause = error.__cause__
+    if isinstance(cause, OmegaConfBaseException):
+        key = getattr(cause, "full_key", None) or ""
+        detail = str(cause).splitlines()[0]
+        if "not in" in detail:
+            return (
+                f"{key} is not a setting ({detail}); "
+                "run `trainer --cfg job` to see every key, or `trainer --help`"
+            )
+        value = message.rpartition("=")[2] if "override" in message else "?"
+        return f"{key}={value!r} is invalid: {detail}; give a value of the setting's type"
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())

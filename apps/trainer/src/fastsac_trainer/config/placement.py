@@ -1,0 +1,91 @@
+"""The placement printed before anything spawns: topology's plan for the async trainer.
+
+:func:`resolve_placement` is the one way the app resolves it: ``topology.resolve_trainer_topology``
+with the host layout from ``numa_bind.discover_host()``, for a resolved run (the CLI, before the
+run folder exists) or a :class:`~fastsac_trainer.plan.RunPlan` built without one. Invalid layouts come back
+as one :class:`~fastsac_trainer.config.exceptions.TrainerAppError` line.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fastsac_async.config import AsyncOptions
+from fastsac_core import FastSACConfig, build_actor
+from fastsac_core.env import EnvDims
+from fastsac_topology import TopologyError, TrainerTopology, resolve_trainer_topology
+from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.config.host import host_layout
+
+__all__ = ["PlacedRun", "actor_param_bytes", "describe_placement", "resolve_placement"]
+
+
+class PlacedRun(Protocol):
+    """What placement reads of a run (``ResolvedRun`` and ``RunPlan`` both have it)."""
+
+    @property
+    def num_envs(self) -> int:
+        """Envs per iteration."""
+        ...
+
+    @property
+    def dims(self) -> EnvDims:
+        """Task dimensions (the actor's size)."""
+        ...
+
+    @property
+    def agent(self) -> FastSACConfig:
+        """FastSAC hyper-parameters (batch size, actor width)."""
+        ...
+
+    @property
+    def async_options(self) -> AsyncOptions:
+        """Counts, devices and transport switches."""
+        ...
+
+    @property
+    def device(self) -> str:
+        """Resolved trainer device."""
+        ...
+
+
+def actor_param_bytes(dims: EnvDims, agent: FastSACConfig) -> int:
+    """Bytes of the actor's float32 parameters (the weight-IPC size gate compares against it)."""
+    actor = build_actor(dims, agent)
+    return 4 * sum(p.numel() for p in actor.parameters())
+
+
+def resolve_placement(run: PlacedRun, cuda_count: int) -> TrainerTopology:
+    """Topology's plan for ``run`` on this host (the one place the app resolves it).
+
+    Raises:
+        TrainerAppError: The layout is impossible on this host (topology's own message).
+    """
+    options = run.async_options
+    try:
+        return resolve_trainer_topology(
+            num_envs=run.num_envs,
+            num_collectors=options.num_collectors,
+            num_learners=options.num_learners,
+            batch_size=run.agent.batch_size,
+            trainer_device=run.device,
+            learner_devices=options.learner_devices,
+            num_cuda_devices=cuda_count,
+            collector_inference_device=options.collector_inference_device,
+            cpus_per_collector=options.cpus_per_collector,
+            transition_ipc=options.transition_ipc,
+            weight_ipc=options.weight_ipc,
+            weight_ipc_min_bytes=options.weight_ipc_min_bytes,
+            actor_param_bytes=actor_param_bytes(run.dims, run.agent),
+            host=host_layout(with_gpus=cuda_count > 0),
+        )
+    except TopologyError as error:
+        raise TrainerAppError(str(error).splitlines()[0]) from None
+
+
+def describe_placement(run: PlacedRun, topology: TrainerTopology | None) -> str:
+    """The resolved topology as a table (async), or the one-process summary (sync)."""
+    if topology is None:
+        return f"synchronous trainer: one process, {run.num_envs} envs, device {run.device}"
+    rendered: str = topology.render()
+    return rendered

@@ -1,0 +1,173 @@
+"""Structured config schema (what hydra type-checks overrides against).
+
+Key paths follow the seeds: ``task=<name>``, ``algo.agent.*`` (every
+:class:`fastsac_core.FastSACConfig` field), ``algo.trainer.*`` and
+``algo.trainer.async_options.*`` (every :class:`fastsac_async.AsyncOptions` field).
+
+The agent and async-option nodes are generated from the library's frozen dataclasses, so a
+field added there is configurable here without being written twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastsac_async.config import AsyncOptions
+from fastsac_core.config import FastSACConfig
+
+__all__ = [
+    "AgentConfig",
+    "AlgoConfig",
+    "AsyncOptionsConfig",
+    "RootConfig",
+    "TaskConfig",
+    "TrainerConfig",
+]
+
+
+def _omegaconf_type(hint: Any) -> Any:
+    """The closest type OmegaConf can validate: Literal -> str, tuple[X, ...] -> list[X]."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return str
+    if origin is tuple:
+        return list[typing.get_args(hint)[0]]  # type: ignore[misc]
+    if origin in (typing.Union, types.UnionType):
+        args = [_omegaconf_type(a) for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1 and type(None) in typing.get_args(hint):
+            return args[0] | None
+    return hint
+
+
+def _mutable_mirror(name: str, frozen_cls: type[Any], auto: tuple[str, ...] = ()) -> type[Any]:
+    """A mutable dataclass with the same fields and defaults as ``frozen_cls``.
+
+    Hydra needs mutable nodes to apply overrides, and OmegaConf knows neither ``Literal`` nor
+    tuples: hydra checks the types, ``fastsac_trainer.config.validate`` the values (``AsyncOptions`` checks
+    its own fields when the app converts back; the agent's ranges are the app's rules). The
+    ``auto`` fields default to ``"auto"`` and take any value: the app resolves them (and checks what
+    the user gave) before it builds the library record.
+    """
+    hints = typing.get_type_hints(frozen_cls)
+    fields = []
+    for f in dataclasses.fields(frozen_cls):
+        default = f.default
+        if f.name in auto:
+            fields.append((f.name, Any, field(default="auto")))
+            continue
+        if isinstance(default, tuple):
+            spec: Any = field(default_factory=functools.partial(list, default))
+        else:
+            spec = field(default=default)
+        fields.append((f.name, _omegaconf_type(hints[f.name]), spec))
+    return dataclasses.make_dataclass(name, fields, namespace={"__module__": __name__})
+
+
+AgentConfig = _mutable_mirror("AgentConfig", FastSACConfig)
+AsyncOptionsConfig = _mutable_mirror(
+    "AsyncOptionsConfig", AsyncOptions, auto=("num_collectors", "cpus_per_collector")
+)
+"""``num_collectors`` and ``cpus_per_collector`` default to ``auto``: sized to the machine
+(Note [automatic collector sizing] in topology)."""
+
+
+@dataclass
+class TaskConfig:
+    """Which environment to train on (the ``task`` group sets these per task)."""
+
+    name: str = "humanoid"
+    """Task name as given on the command line (``task=humanoid``, ``task=gym`` for your own env)."""
+    env_id: str | None = "Humanoid-v5"
+    """gymnasium id of the environment; with ``task=gym`` any registered id."""
+    num_envs: int = 64
+    """Environments stepped per iteration (split across collectors)."""
+    max_episode_steps: int | None = None
+    """Override of the env's time limit; None keeps the env's own (1000 for the v5 tasks)."""
+    env_kwargs: Any = None
+    """``task=gym``: keyword arguments of ``gymnasium.make`` or of ``env_factory`` (``{key:value}``);
+    null: none. Typed ``Any`` so that ``task.env_kwargs={...}`` replaces the whole mapping."""
+    env_import: str | None = None
+    """``task=gym``: a module imported in every process before the env is made (it registers it)."""
+    env_factory: str | None = None
+    """``task=gym``: ``package.module:function`` returning a batched env (wiki/tasks.md), instead of
+    ``env_id``."""
+
+
+@dataclass
+class TrainerConfig:
+    """How training runs (``algo.trainer.*``)."""
+
+    asynchronous: bool = True
+    """Collectors and learners in separate processes (false: one-process synchronous loop)."""
+    device: str = "auto"
+    """Learner device: auto (cuda when available, else cpu), cpu, cuda, cuda:N."""
+    num_learning_iterations: int = 10_000
+    """Collector iterations (each one full env batch of num_envs transitions) to train for."""
+    time_limit_s: float | None = None
+    """Stop (with a final checkpoint) after this many seconds of training; None: no limit."""
+    logging_interval: int = 20
+    """Iterations between console/TensorBoard reports."""
+    save_interval: int = 1000
+    """Iterations between checkpoints (a final one is always written)."""
+    stop_grace_s: float = 5.0
+    """After a stop signal (Ctrl+C, SIGTERM, SIGHUP, checkpoint_signal), the longest wait for the final
+    checkpoint and a clean exit; then the run stops at once, with no final checkpoint. Keep it below
+    the kill delay of the job manager (docker stop: 10 s, SLURM and Kubernetes: 30 s by default)."""
+    checkpoint_signal: str | None = "SIGUSR1"
+    """A signal that writes a final checkpoint and stops the run like SIGTERM: SIGUSR1, SIGUSR2, or null
+    (that signal keeps its default action). SLURM sends it ahead of the time limit with
+    ``#SBATCH --signal=USR1@120``, so a requeued job resumes from that checkpoint."""
+    async_options: Any = field(default_factory=AsyncOptionsConfig)
+    """Options of the asynchronous trainer (``algo.trainer.async_options.*``)."""
+
+
+@dataclass
+class AlgoConfig:
+    """The algorithm: FastSAC hyper-parameters and the trainer settings."""
+
+    name: str = "fastsac"
+    """Algorithm name (only fastsac exists)."""
+    agent: Any = field(default_factory=AgentConfig)
+    """FastSAC hyper-parameters (``algo.agent.*``)."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """Trainer settings (``algo.trainer.*``)."""
+
+
+@dataclass
+class WandbConfig:
+    """Where a Weights & Biases run goes (``wandb.*``; used with ``logger=wandb``)."""
+
+    project: str = "fastsac"
+    """W&B project."""
+    entity: str | None = None
+    """W&B user or team; None: the logged-in user's default."""
+
+
+@dataclass
+class RootConfig:
+    """The whole run configuration."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """The environment."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Algorithm and trainer."""
+    seed: int = 1
+    """Base seed; collector i uses seed + i, learner rank r uses seed + 1000 + r (the synchronous trainer
+    seed + 1000, like rank 0)."""
+    run_name: str | None = None
+    """Run folder name under runs_root; None: <task>-<timestamp>."""
+    runs_root: str = "runs"
+    """Folder that holds run folders."""
+    resume: str | None = None
+    """A run folder or a checkpoint file to continue from."""
+    console: str = "auto"
+    """auto (rich on a TTY, plain otherwise), rich, or plain."""
+    logger: str = "tensorboard"
+    """Metric loggers: tensorboard, wandb, or tensorboard,wandb (W&B: the optional extra ``wandb``)."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases project and entity."""

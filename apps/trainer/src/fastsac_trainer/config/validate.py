@@ -1,0 +1,190 @@
+"""Validation of the composed config: every invalid value becomes one :class:`ConfigError`.
+
+Types are already checked by hydra against the schema. Each rule lives in one place: the app's
+own settings (task, trainer, console, the agent's ranges, the devices on this machine) are checked
+here; ``fastsac_async.AsyncOptions`` checks its fields when it is built and ``topology.check_counts``
+owns the count rules (``num_envs % num_collectors`` ...). Their errors come back here and are
+worded as the app's (the key path, the value seen, the fix).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastsac_async import AsyncConfigError, AsyncOptions
+from fastsac_topology import AUTO, TopologyError, check_counts
+from fastsac_trainer.config.exceptions import ConfigError
+from fastsac_trainer.loggers import LOGGERS, wandb_missing
+
+__all__ = [
+    "CHECKPOINT_SIGNALS",
+    "async_options",
+    "check_counts_of",
+    "check_device",
+    "normalize_switch",
+    "validate_config",
+]
+
+_OPTS = "algo.trainer.async_options"
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+_SWITCHES = ("auto", "on", "off")
+CHECKPOINT_SIGNALS = ("SIGUSR1", "SIGUSR2")
+"""Values of ``algo.trainer.checkpoint_signal`` besides null."""
+
+
+def _get(cfg: Mapping[str, Any], path: str) -> Any:
+    node: Any = cfg
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+def normalize_switch(value: object) -> object:
+    """YAML booleans for an auto/on/off switch: true -> ``on``, false -> ``off``."""
+    if value is True or (isinstance(value, str) and value.lower() == "true"):
+        return "on"
+    if value is False or (isinstance(value, str) and value.lower() == "false"):
+        return "off"
+    return value
+
+
+def check_device(setting: str, spec: str, cuda_count: int, *, allow_auto: bool = True) -> None:
+    """Raise unless ``spec`` is auto (when allowed), cpu, cuda or an existing cuda:N."""
+    if allow_auto and spec == "auto":
+        return
+    choices = "auto, cpu, cuda or cuda:N" if allow_auto else "cpu, cuda or cuda:N"
+    if not isinstance(spec, str) or not _DEVICE.match(spec):
+        raise ConfigError(setting, spec, f"use {choices}")
+    if spec.startswith("cuda"):
+        if cuda_count == 0:
+            raise ConfigError(setting, spec, "CUDA is not available on this machine; use cpu (or auto)")
+        index = int(spec.partition(":")[2] or 0)
+        if index >= cuda_count:
+            fix = f"this machine has {cuda_count} CUDA device(s): use cuda:0..cuda:{cuda_count - 1}"
+            raise ConfigError(setting, spec, fix)
+
+
+_Rule = tuple[str, Callable[[Any], bool], str]
+
+
+_RULES: tuple[_Rule, ...] = (
+    ("task.num_envs", lambda v: v >= 1, "use at least 1 env"),
+    ("task.max_episode_steps", lambda v: v is None or v >= 1, "use a positive step count or null"),
+    ("seed", lambda v: v >= 0, "use a non-negative seed"),
+    ("console", lambda v: v in ("auto", "rich", "plain"), "use auto, rich or plain"),
+    ("logger", lambda v: set(v.split(",")) <= set(LOGGERS), "use tensorboard, wandb or tensorboard,wandb"),
+    ("logger", lambda v: not wandb_missing(v), "wandb is not installed: `uv sync --extra wandb`"),
+    ("algo.name", lambda v: v == "fastsac", "only fastsac exists"),
+    ("algo.trainer.num_learning_iterations", lambda v: v >= 1, "use at least 1 iteration"),
+    ("algo.trainer.logging_interval", lambda v: v >= 1, "use a positive number of iterations"),
+    ("algo.trainer.save_interval", lambda v: v >= 1, "use a positive number of iterations"),
+    ("algo.trainer.time_limit_s", lambda v: v is None or v > 0, "use a positive number of seconds or null"),
+    ("algo.trainer.stop_grace_s", lambda v: v > 0, "use a positive number of seconds, e.g. 5"),
+    (
+        "algo.trainer.checkpoint_signal",
+        lambda v: v in (None, *CHECKPOINT_SIGNALS),
+        "use SIGUSR1, SIGUSR2 or null (SIGINT, SIGTERM and SIGHUP always stop the run)",
+    ),
+    ("algo.agent.batch_size", lambda v: v >= 1, "use a positive batch size"),
+    ("algo.agent.buffer_size", lambda v: v >= 1, "use a positive per-env capacity"),
+    ("algo.agent.num_updates", lambda v: v >= 1, "use at least 1 update per iteration"),
+    ("algo.agent.policy_frequency", lambda v: v >= 1, "use at least 1"),
+    ("algo.agent.num_steps", lambda v: v >= 1, "use n >= 1 for the n-step return"),
+    ("algo.agent.learning_starts", lambda v: v >= 0, "use 0 or more iterations"),
+    ("algo.agent.gamma", lambda v: 0 < v <= 1, "use a discount in (0, 1]"),
+    ("algo.agent.tau", lambda v: 0 < v <= 1, "use a soft-update rate in (0, 1]"),
+    ("algo.agent.num_atoms", lambda v: v >= 2, "use at least 2 atoms"),
+    ("algo.agent.amp_dtype", lambda v: v in ("bf16", "fp16"), "use bf16 or fp16"),
+    ("algo.agent.cudagraph_scope", lambda v: v in ("regions", "step"), "use regions or step"),
+)
+
+
+_AUTO_FIXES = {
+    "num_collectors": "use auto (sized to this machine) or at least 1 collector",
+    "cpus_per_collector": "use auto (sized to this machine), a positive CPU count, or null (unpinned)",
+}
+"""The app's words for the two options that may also be ``auto`` (sized before the record is built)."""
+
+_COUNT_PATHS = {
+    "num_envs": "task.num_envs",
+    "num_collectors": f"{_OPTS}.num_collectors",
+    "num_learners": f"{_OPTS}.num_learners",
+    "batch_size": "algo.agent.batch_size",
+}
+"""Key path of each count ``topology.check_counts`` names."""
+
+
+def async_options(node: Mapping[str, Any]) -> AsyncOptions:
+    """The library record of ``algo.trainer.async_options``; an ``auto`` count takes the record's default.
+
+    Raises:
+        ConfigError: A field the record refuses (its own rule), worded with the key path.
+    """
+    values = {key: value for key, value in node.items() if not (key in _AUTO_FIXES and value == AUTO)}
+    if values.get("learner_devices") is not None:
+        values["learner_devices"] = tuple(values["learner_devices"])
+    try:
+        return AsyncOptions(**values)
+    except AsyncConfigError as error:
+        assert error.setting is not None  # every AsyncOptions rule names its field
+        raise ConfigError(
+            f"{_OPTS}.{error.setting}", error.value, _AUTO_FIXES.get(error.setting, error.fix)
+        ) from None
+
+
+def check_counts_of(cfg: Mapping[str, Any]) -> None:
+    """The count rules of topology on the config's counts (``num_collectors`` may still be ``auto``).
+
+    Raises:
+        ConfigError: A count that breaks a rule, with the key path of the count to change.
+    """
+    opts = _get(cfg, _OPTS)
+    try:
+        check_counts(
+            num_envs=cfg["task"]["num_envs"],
+            num_collectors=opts["num_collectors"],
+            num_learners=opts["num_learners"],
+            batch_size=cfg["algo"]["agent"]["batch_size"],
+            names={"num_envs": "task.num_envs"},
+        )
+    except TopologyError as error:
+        assert error.setting is not None  # every count rule names the count
+        raise ConfigError(_COUNT_PATHS[error.setting], error.value, error.fix) from None
+
+
+def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
+    """Check the app's value rules, the async options, the count rules and the devices.
+
+    ``cfg`` is the composed config as plain containers; the auto/on/off switches are normalised
+    in place (YAML booleans accepted).
+
+    Raises:
+        ConfigError: The first invalid value, with its key path and the fix.
+    """
+    opts = _get(cfg, _OPTS)
+    for switch in ("transition_ipc", "weight_ipc"):
+        opts[switch] = normalize_switch(opts[switch])
+    for path, ok, fix in _RULES:
+        value = _get(cfg, path)
+        if not ok(value):
+            raise ConfigError(path, value, fix)
+    agent = cfg["algo"]["agent"]
+    if not agent["v_min"] < agent["v_max"]:
+        raise ConfigError("algo.agent.v_min", agent["v_min"], f"use a value below v_max={agent['v_max']}")
+    async_options(opts)
+    check_counts_of(cfg)
+    check_device("algo.trainer.device", cfg["algo"]["trainer"]["device"], cuda_count)
+    check_device(f"{_OPTS}.collector_inference_device", opts["collector_inference_device"], cuda_count)
+    devices = opts["learner_devices"]
+    learners = opts["num_learners"]
+    if devices is not None:
+        for device in devices:
+            check_device(f"{_OPTS}.learner_devices", device, cuda_count, allow_auto=False)
+        if len(devices) != learners:
+            raise ConfigError(
+                f"{_OPTS}.learner_devices", devices, f"give exactly num_learners={learners} devices, or null"
+            )
+        if len(set(devices)) != len(devices):
+            raise ConfigError(f"{_OPTS}.learner_devices", devices, "give each device once")

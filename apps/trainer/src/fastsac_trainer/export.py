@@ -1,0 +1,125 @@
+"""``trainer export checkpoint=... format=onnx``: the deterministic policy for deployment.
+
+The ONNX graph maps raw observations to actions in the env's bounds: the observation normalizer
+is folded in (``(obs - mean) / (std + eps)`` with the checkpoint's statistics as constants), then
+the actor's squashed mean. A JSON sidecar (``<file>.json``) records the dims, action bounds,
+input/output names, the task and the checkpoint's counters.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fastsac_core import InferencePolicy
+from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.evaluate import load_policy, parse_kv
+from fastsac_trainer.run_dir import resolve_resume
+
+__all__ = ["DeployedPolicy", "export_main", "export_onnx"]
+
+INPUT_NAME = "obs"
+"""Name of the ONNX input: raw observations, float32 ``(batch, obs_dim)``."""
+OUTPUT_NAME = "actions"
+"""Name of the ONNX output: actions within the bounds, float32 ``(batch, act_dim)``."""
+
+
+class DeployedPolicy(nn.Module):
+    """Raw observation -> deterministic action: normalizer folded in front of the actor.
+
+    Args:
+        policy: The loaded inference policy (actor + normalizer).
+    """
+
+    obs_mean: Tensor
+    obs_scale: Tensor
+
+    def __init__(self, policy: InferencePolicy) -> None:
+        super().__init__()
+        self.actor = policy.actor
+        normalizer = policy.normalizer
+        if normalizer.enabled:
+            mean, scale = normalizer.mean.clone(), normalizer.std.clone() + normalizer.eps
+        else:
+            mean, scale = torch.zeros_like(normalizer.mean), torch.ones_like(normalizer.std)
+        self.register_buffer("obs_mean", mean)
+        self.register_buffer("obs_scale", scale)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """Actions ``(B, act_dim)`` for raw observations ``(B, obs_dim)``."""
+        normalized = (obs - self.obs_mean) / self.obs_scale
+        actions: Tensor = self.actor(normalized, deterministic=True)
+        return actions
+
+
+def export_onnx(policy: InferencePolicy, out: Path, meta: dict[str, Any]) -> tuple[Path, Path]:
+    """Write ``out`` (ONNX, dynamic batch) and ``out.json`` (sidecar); returns both paths."""
+    module = DeployedPolicy(policy).cpu().eval()
+    dims = meta["dims"]
+    example = torch.zeros(2, dims["obs_dim"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # The exporter warns about its own internals (version conversion, deprecations); the
+        # round-trip test is what proves the graph right.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            (example,),
+            str(out),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            dynamo=False,
+        )
+    sidecar = out.with_suffix(out.suffix + ".json")
+    sidecar.write_text(
+        json.dumps(
+            {
+                "format": "onnx",
+                "input": {"name": INPUT_NAME, "shape": ["batch", dims["obs_dim"]], "dtype": "float32"},
+                "output": {"name": OUTPUT_NAME, "shape": ["batch", dims["act_dim"]], "dtype": "float32"},
+                "obs_dim": dims["obs_dim"],
+                "act_dim": dims["act_dim"],
+                "action_low": list(dims["action_low"]),
+                "action_high": list(dims["action_high"]),
+                "normalizer_folded": True,
+                "deterministic": True,
+                "counters": {k: int(v) for k, v in meta["counters"].items()},
+                "extra": {k: v for k, v in meta["extra"].items() if isinstance(v, (int, float, str))},
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    return out, sidecar
+
+
+def export_main(args: list[str]) -> int:
+    """``trainer export checkpoint=PATH [format=onnx] [out=FILE]``."""
+    options = parse_kv(
+        args,
+        {
+            "checkpoint": "a checkpoint file or a run folder (its latest checkpoint)",
+            "format": "onnx (the only format)",
+            "out": "output file, default next to the checkpoint with .onnx",
+        },
+        "export",
+    )
+    if "checkpoint" not in options:
+        raise TrainerAppError("checkpoint is missing: `trainer export checkpoint=runs/<run> format=onnx`")
+    fmt = options.get("format", "onnx")
+    if fmt != "onnx":
+        raise TrainerAppError(f"format={fmt!r} is invalid: use format=onnx")
+    checkpoint, _ = resolve_resume(options["checkpoint"], "checkpoint")
+    out = Path(options["out"]) if "out" in options else checkpoint.with_suffix(".onnx")
+    policy, meta = load_policy(checkpoint)
+    model, sidecar = export_onnx(policy, out, meta)
+    sys.stdout.write(f"exported {checkpoint} -> {model} (+ {sidecar.name})\n")
+    return 0

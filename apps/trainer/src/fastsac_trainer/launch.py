@@ -1,0 +1,301 @@
+"""Launching a training run: its folder, the resume checks, the trainer, the console around it.
+
+Everything here runs after the config is valid (``fastsac_trainer.arguments.composed``): the checks that
+need the checkpoint (:func:`check_resumable`), the run folder (:func:`open_run_dir`), and the run
+itself with the console, the parent's log and the metric loggers (``logger=``) as reporters
+(:func:`run_with_console`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastsac_trainer.outcome import EXIT_FAILED, final_line, summary
+
+if TYPE_CHECKING:
+    from fastsac_trainer.api import RunOutcome
+
+__all__ = ["PARENT_LOG", "check_resumable", "open_run_dir", "run_with_console", "select_trainer"]
+
+_log = logging.getLogger("trainer")
+
+PARENT_LOG = "trainer.log"
+"""The parent's log in ``runs/<run>/logs/``: its log records and every console line."""
+
+
+def open_run_dir(run: Any, resume_from: Path | None, previous_run: Path | None, config_yaml: str) -> Path:
+    """The run folder: the one ``run_name`` names, else a resume's own, else a new ``<task>-<time>``.
+
+    Raises:
+        TrainerAppError: A new run would write into a folder that holds something, or a resume
+            into its own folder would overwrite later checkpoints.
+    """
+    from fastsac_trainer.run_dir import create_default_run_dir, create_run_dir
+
+    runs_root, name = Path(run.config["runs_root"]), run.config["run_name"]
+    if name is not None:
+        run_dir = runs_root / name
+    elif previous_run is not None:
+        run_dir = previous_run
+    else:
+        return create_default_run_dir(runs_root, run.task_name, config_yaml)
+    same_run = previous_run is not None and run_dir.resolve() == previous_run.resolve()
+    if same_run and resume_from is not None:
+        _refuse_overwriting_later_checkpoints(resume_from, run_dir)
+    return create_run_dir(run_dir.parent, run_dir.name, config_yaml, resuming=same_run)
+
+
+def _refuse_overwriting_later_checkpoints(checkpoint: Path, run_dir: Path) -> None:
+    """Resuming an older checkpoint into its own run folder would mix two histories: refuse it.
+
+    Raises:
+        TrainerAppError: ``checkpoint`` is not the folder's latest one.
+    """
+    from fastsac_trainer.config.exceptions import TrainerAppError
+    from fastsac_trainer.run_dir import latest_checkpoint
+
+    latest = latest_checkpoint(run_dir)
+    if latest is not None and latest.resolve() != checkpoint.resolve():
+        raise TrainerAppError(
+            f"resume={checkpoint} is not the latest checkpoint of {run_dir} ({latest.name} is); resuming "
+            "into the same folder would overwrite the later ones: add run_name=<new name> to branch off"
+        )
+
+
+_SHAPED = (
+    "actor_hidden_dim",
+    "critic_hidden_dim",
+    "num_q_networks",
+    "num_atoms",
+    "use_layer_norm",
+    "buffer_size",
+)
+"""Agent settings that shape a checkpoint's tensors: a resume must keep them."""
+
+
+def check_resumable(checkpoint: Path, run: Any) -> int:
+    """The checkpoint's iteration, once its task, network and replay sizes fit ``run``.
+
+    Checked before anything is written or started, so a mismatch is one line naming the setting,
+    instead of a learner failing at start-up.
+
+    Raises:
+        TrainerAppError: The checkpoint was trained with a different task, network or env count.
+    """
+    import dataclasses
+
+    from fastsac_core import peek_checkpoint
+    from fastsac_trainer.config.exceptions import TrainerAppError
+
+    info = peek_checkpoint(checkpoint)
+    saved_dims, dims = info["dims"], dataclasses.asdict(run.dims)
+    if saved_dims != dims:
+        differ = ", ".join(
+            f"{k} {saved_dims.get(k)} -> {v}" for k, v in dims.items() if saved_dims.get(k) != v
+        )
+        raise TrainerAppError(
+            f"task={run.task_name} does not match {checkpoint} (observation/action sizes {differ}); "
+            "resume with the task it was trained on"
+        )
+    agent = dataclasses.asdict(run.agent)
+    for key in _SHAPED:
+        saved = info["config"].get(key)
+        if saved != agent[key]:
+            raise TrainerAppError(
+                f"algo.agent.{key}={agent[key]} does not match {checkpoint}, which has {saved}; "
+                f"resume with algo.agent.{key}={saved} or start a new run (run_name=...)"
+            )
+    asynchronous = run.config["algo"]["trainer"]["asynchronous"]
+    learners = run.async_options.num_learners if asynchronous else 1
+    num_envs = run.config["task"]["num_envs"]
+    per_learner, saved_envs = num_envs // learners, info["buffer"]["num_envs"]
+    if per_learner != saved_envs:
+        raise TrainerAppError(
+            f"task.num_envs={num_envs} over {learners} learner(s) gives {per_learner} envs per learner, "
+            f"but {checkpoint} was trained with {saved_envs}; resume with the same task.num_envs and "
+            "algo.trainer.async_options.num_learners"
+        )
+    return int(info["extra"].get("iteration", 0))
+
+
+def run_with_console(
+    plan: Any,
+    console_mode: str,
+    trainer_fn: Callable[..., object],
+    resumed_at: int | None = None,
+    outcome: RunOutcome | None = None,
+) -> int:
+    """Run ``trainer_fn`` on ``plan`` with the console, the parent's log and TensorBoard; the exit code.
+
+    Args:
+        plan: The run (``fastsac_trainer.plan.RunPlan``).
+        console_mode: ``auto``, ``rich`` or ``plain``.
+        trainer_fn: What :func:`select_trainer` returned.
+        resumed_at: Iteration of the checkpoint resumed (TensorBoard hides later events), or None.
+        outcome: The Python API's record of the run (one more reporter, told how the run ended), or None.
+    """
+    from fastsac_trainer.console import open_console
+
+    title = f"{plan.task_name}/fastsac"
+    with _parent_log(plan.run_dir, title) as logged:
+        console = open_console(console_mode, title=title)
+        return _run_logged(plan, console, logged, trainer_fn, resumed_at, outcome)
+
+
+@contextlib.contextmanager
+def _parent_log(run_dir: Path, title: str) -> Iterator[Any]:
+    """Open ``logs/trainer.log`` for every parent log record (INFO and up) and every console line.
+
+    Yields the ``PlainConsole`` writing console lines there: the log keeps all of it, even once
+    stdout is gone.
+    """
+    from fastsac_trainer.console import PlainConsole
+
+    root = logging.getLogger()
+    previous_level = root.level
+    with (run_dir / "logs" / PARENT_LOG).open("a", encoding="utf-8", buffering=1) as log_file:
+        handler = logging.StreamHandler(log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            yield PlainConsole(log_file, title, min_interval_s=0.0)
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(previous_level)
+
+
+def _run_logged(
+    plan: Any,
+    console: Any,
+    logged: Any,
+    trainer_fn: Callable[..., object],
+    resumed_at: int | None,
+    outcome: RunOutcome | None = None,
+) -> int:
+    """Run the trainer with ``console`` and the parent log ``logged``; the run's exit code."""
+    import signal
+
+    from fastsac_trainer.cluster import HostLostError
+    from fastsac_trainer.console import STOP_SIGNALS, ConsoleLogHandler, FanOut, StopRequest
+    from fastsac_trainer.loggers import open_loggers
+    from fastsac_trainer.run_dir import latest_checkpoint
+    from fastsac_trainer.seeds import seed_group
+
+    handler = ConsoleLogHandler(console)
+    root = logging.getLogger()
+    config = _saved_config(plan.run_dir)
+    resumed_at_env_steps = None if resumed_at is None else resumed_at * plan.num_envs
+    # Across hosts, host 0 alone writes the run's events (the others keep their logs).
+    primary = plan.hosts is None or plan.hosts.primary
+    opened = open_loggers(plan.run_dir, config, resumed_at_env_steps=resumed_at_env_steps,
+                          group=seed_group(plan.run_dir.name, config)) if primary else []  # fmt: skip
+    loggers = FanOut(opened)
+    extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)
+
+    def stop_requested(reason: str) -> None:
+        console.stop_requested(reason)
+        logged.stop_requested(reason)
+
+    # The async engine polls `aborted` (its shutdown must not be cut short by an exception); the
+    # sync trainer is one process, where the abort is a KeyboardInterrupt wherever it is.
+    stop = StopRequest(
+        on_first=stop_requested,
+        signals=(*STOP_SIGNALS, *extra),
+        grace_s=plan.stop_grace_s,
+        raise_on_abort=not plan.asynchronous,
+    )
+    result: object = None
+    aborted = False  # the trainer did not return: stopped at once (a trainer that returned is done)
+    lost: HostLostError | None = None
+    try:
+        with console, stop:
+            root.addHandler(handler)
+            result = trainer_fn(
+                plan,
+                FanOut([console, logged, loggers, *([outcome] if outcome is not None else [])]),
+                should_stop=stop,
+                boot_view=console,
+                should_abort=lambda: stop.aborted,
+            )
+    except BaseException as error:
+        if isinstance(error, HostLostError):  # another host is gone: the line names it
+            lost = error
+        elif stop.aborted:
+            aborted = True
+            _log.debug("stopped at once", exc_info=error)
+        elif isinstance(error, Exception) and console.failure is not None:
+            _log.debug("boot failed", exc_info=error)
+        else:
+            raise
+    finally:
+        root.removeHandler(handler)
+        loggers.close()
+    failure = lost if lost is not None else console.failure
+    if outcome is not None:
+        outcome.ended(plan.run_dir, result, stop.reason, failure, aborted)
+    if aborted:
+        latest = latest_checkpoint(plan.run_dir)
+        return final_line(
+            f"stopped at once ({stop.abort_cause}): no final checkpoint, the last one is "
+            f"{latest or 'none'}; run folder {plan.run_dir}",
+            sys.stderr,
+            128 + (stop.abort_signal or signal.SIGINT),
+        )
+    if failure is not None:
+        return final_line(f"error: {failure.line()}", sys.stderr, EXIT_FAILED)
+    return final_line(f"done: {summary(result, stop.reason)}; run folder {plan.run_dir}", sys.stdout, 0)
+
+
+def _saved_config(run_dir: Path) -> dict[str, Any]:
+    """The resolved config the run folder holds (``config.yaml``, written before the run starts)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)  # type: ignore[return-value]
+
+
+def select_trainer(asynchronous: bool) -> Callable[..., object]:
+    """The trainer entry point: ``fn(plan, reporter, should_stop=..., boot_view=..., should_abort=...)``.
+
+    The synchronous trainer is ``fastsac_trainer.sync_trainer.run_sync(plan, reporter, should_stop=...)``
+    (it takes no boot view, and is aborted by an exception, not by polling); the asynchronous one
+    is ``fastsac_trainer.async_trainer.run_async(plan, reporter, should_stop=..., boot_view=...,
+    should_abort=...)``, imported only when asked for, so a build without ``fastsac_trainer.async_trainer``
+    still trains synchronously. The synchronous path imports ``fastsac_async`` too (its records:
+    ``AsyncOptions``, ``StopReason``), but starts no engine and no worker.
+
+    Raises:
+        TrainerAppError: The asynchronous trainer is not part of this build.
+    """
+    from fastsac_trainer.config.exceptions import TrainerAppError
+
+    if not asynchronous:
+        from fastsac_trainer.sync_trainer import run_sync
+
+        def sync(
+            plan: Any,
+            reporter: Any,
+            *,
+            should_stop: Callable[[], bool],
+            boot_view: Any,
+            should_abort: Callable[[], bool] | None = None,
+        ) -> object:
+            # No polling for an abort: in one process it is a KeyboardInterrupt (StopRequest).
+            return run_sync(plan, reporter, should_stop=should_stop)
+
+        return sync
+    try:
+        from fastsac_trainer.async_trainer import run_async  # type: ignore[import-not-found, unused-ignore]
+    except ModuleNotFoundError as error:
+        if error.name != "fastsac_trainer.async_trainer":
+            raise
+        raise TrainerAppError(
+            "algo.trainer.asynchronous=True is invalid: the asynchronous trainer is not in this build; "
+            "use algo.trainer.asynchronous=false"
+        ) from None
+    return run_async  # type: ignore[no-any-return, unused-ignore]

@@ -1,0 +1,73 @@
+"""A resolved, validated run: what the app hands to the synchronous or asynchronous trainer.
+
+The CLI turns the hydra config into a :class:`RunPlan` (devices resolved, task probed, library
+configs built); both trainers take only this, never the raw config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastsac_async.config import AsyncOptions
+from fastsac_async.hosts import HostGroup
+from fastsac_core.config import FastSACConfig
+from fastsac_core.env import EnvDims, EnvFactory
+from fastsac_topology import TrainerTopology
+
+__all__ = ["RunPlan", "checkpoint_dir", "checkpoint_path"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """Everything a trainer needs to run, already validated."""
+
+    task_name: str
+    """Task name (``humanoid``)."""
+    env_factory: EnvFactory
+    """Picklable ``(num_envs, seed) -> BatchedEnv``."""
+    dims: EnvDims
+    """Dimensions and bounds probed from one env."""
+    num_envs: int
+    """Envs per iteration (all collectors together)."""
+    agent: FastSACConfig
+    """FastSAC hyper-parameters."""
+    async_options: AsyncOptions
+    """Asynchronous layout and transport options (ignored by the synchronous trainer)."""
+    asynchronous: bool
+    """Which trainer runs."""
+    device: str
+    """Resolved trainer device: ``cpu`` or ``cuda:N``."""
+    seed: int
+    """Base seed."""
+    num_iterations: int
+    """Iterations (full env batches) to train for, counted from zero (a resumed run continues)."""
+    time_limit_s: float | None
+    """Wall-clock budget of training in seconds (None: none)."""
+    logging_interval: int
+    """Iterations between reports."""
+    save_interval: int
+    """Iterations between checkpoints."""
+    stop_grace_s: float = 5.0
+    """After a stop signal, the longest wait for a clean stop; then the run stops at once."""
+    checkpoint_signal: str | None = None
+    """Name of a signal that stops the run with a final checkpoint, like SIGTERM (``SIGUSR1``)."""
+    run_dir: Path
+    """The run folder (``runs/<run>``), already created."""
+    resume_from: Path | None = None
+    """Checkpoint file to continue from."""
+    topology: TrainerTopology | None = None
+    """Placement of the asynchronous trainer, resolved once before anything spawns (None: resolve
+    on demand; the synchronous trainer ignores it)."""
+    hosts: HostGroup | None = None
+    """This host's place in a run across hosts launched by torchrun (None: the run is this host)."""
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    """Folder of a run's checkpoints."""
+    return run_dir / "checkpoints"
+
+
+def checkpoint_path(run_dir: Path, iteration: int) -> Path:
+    """Path of the checkpoint written at ``iteration`` (``checkpoints/model_0001000.pt``)."""
+    return checkpoint_dir(run_dir) / f"model_{iteration:07d}.pt"

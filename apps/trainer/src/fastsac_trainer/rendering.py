@@ -1,0 +1,70 @@
+"""Which OpenGL MuJoCo renders offscreen with: ``MUJOCO_GL`` chosen before ``mujoco`` is imported.
+
+MuJoCo reads ``MUJOCO_GL`` once, when it is imported, so the choice is made first, by trying each
+backend in a short child process: EGL (GPU hosts: the NVIDIA driver's ``libEGL``; without a GPU:
+Mesa's, ``libegl1`` + ``libegl-mesa0`` on Debian/Ubuntu, ``mesa-libEGL`` on Fedora), then OSMesa
+(``libosmesa6`` on Debian/Ubuntu, ``mesa-libOSMesa`` on Fedora). A ``MUJOCO_GL`` set by the user is
+kept. When none works, one line says what each attempt said and what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from fastsac_trainer.config.exceptions import TrainerAppError
+
+__all__ = ["BACKENDS", "RenderingError", "select_gl"]
+
+BACKENDS = ("egl", "osmesa")
+"""Offscreen backends tried, in order."""
+_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
+_PROBE_TIMEOUT_S = 60
+
+
+class RenderingError(TrainerAppError):
+    """No offscreen OpenGL backend works for MuJoCo on this machine."""
+
+
+def _gl_env(backend: str) -> dict[str, str]:
+    return {"MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+
+
+def _probe(backend: str) -> str | None:
+    """None when ``backend`` renders in a child process, else the last line it printed."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE], env=dict(os.environ, **_gl_env(backend)),
+            capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"no answer in {_PROBE_TIMEOUT_S} s"
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit code {done.returncode}"
+
+
+def select_gl() -> str:
+    """Set ``MUJOCO_GL`` (and ``PYOPENGL_PLATFORM``) to the first backend that works; its name.
+
+    Call it before anything imports ``mujoco``. A ``MUJOCO_GL`` already set is kept as it is.
+
+    Raises:
+        RenderingError: Neither EGL nor OSMesa renders here.
+    """
+    if os.environ.get("MUJOCO_GL"):
+        return os.environ["MUJOCO_GL"]
+    failures = []
+    for backend in BACKENDS:
+        failure = _probe(backend)
+        if failure is None:
+            os.environ.update(_gl_env(backend))
+            return backend
+        failures.append(f"{backend}: {failure}")
+    raise RenderingError(
+        f"video=true is invalid here: MuJoCo has no offscreen OpenGL ({'; '.join(failures)}); install EGL "
+        "(libegl1 libegl-mesa0 on Debian/Ubuntu; the NVIDIA driver's on GPU hosts) or OSMesa (libosmesa6), "
+        "or set MUJOCO_GL"
+    )

@@ -1,0 +1,260 @@
+"""The synchronous trainer: step every env, ingest, update, repeat, in one process.
+
+It is the reference the asynchronous trainer is compared with: the same agent, buffer and
+metrics, with no concurrency. One iteration:
+
+1. choose actions for the whole batch: uniform random before ``learning_starts`` iterations,
+   then the agent's stochastic policy (``agent.act``);
+2. step every env (``BatchedEnv.step``, auto-reset);
+3. ingest: ``agent.buffer.extend`` the obs *before* the step with the action, reward,
+   terminated and truncated flags (the buffer derives next obs from the next slot);
+4. once learning has started, ``agent.update(num_updates)``.
+
+Seeds: envs use ``plan.seed`` (like collector 0 of the async trainer), torch/numpy/python use
+``plan.seed + 1000`` (like learner rank 0). A resumed run restores the agent, its RNG states
+and the iteration counter, and resets the envs (the replay buffer restarts empty).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fastsac_async import StopReason
+from fastsac_core import (
+    CheckpointError,
+    FastSACAgent,
+    ReplayBuffer,
+    load_checkpoint,
+    save_checkpoint,
+    step_transition,
+)
+from fastsac_core.env import BatchedEnv
+from fastsac_trainer._episode_stats import EpisodeStats
+from fastsac_trainer.plan import RunPlan, checkpoint_path
+from fastsac_trainer.reporting import Reporter, Snapshot
+
+__all__ = ["SyncResult", "run_sync"]
+
+log = logging.getLogger(__name__)
+
+_STAGES = ("inference", "env_step", "ingest", "update")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SyncResult:
+    """How a synchronous run ended."""
+
+    iterations: int
+    """Iterations done, counted from the start of the run (a resumed run includes the earlier ones)."""
+    env_steps: int
+    """Transitions collected (iterations * num_envs)."""
+    updates: int
+    """Critic updates done by the agent (cumulative over resumes)."""
+    mean_return: float | None
+    """Mean return of the last 100 episodes of this launch (a resume starts afresh); None when none ended."""
+    last_checkpoint: Path | None
+    """The last checkpoint written (or resumed from); None when none exists."""
+    stop_reason: StopReason
+    """Why the loop ended."""
+
+
+class _Interval:
+    """Sums of one logging interval: wall time per stage, iterations, updates, train metrics."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.stage_s = dict.fromkeys(_STAGES, 0.0)
+        self.iterations = 0
+        self.updates = 0
+        self.metric_sums: dict[str, Tensor] = {}
+        self.metric_count = 0
+
+    def add_metrics(self, metrics: dict[str, Tensor]) -> None:
+        """Accumulate detached metric tensors on their device (no host sync)."""
+        for key, value in metrics.items():
+            self.metric_sums[key] = self.metric_sums[key] + value if key in self.metric_sums else value
+        self.metric_count += 1
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _choose_actions(env: BatchedEnv, agent: FastSACAgent, obs: np.ndarray, explore: bool) -> np.ndarray:
+    if explore:
+        return env.sample_actions()
+    actions: np.ndarray = agent.act(torch.from_numpy(obs)).to("cpu").numpy()
+    return actions
+
+
+def _resume(plan: RunPlan, agent: FastSACAgent) -> tuple[int, float]:
+    """Load ``plan.resume_from`` into ``agent``; return (iteration, elapsed_s) it was saved at."""
+    assert plan.resume_from is not None
+    extra = load_checkpoint(plan.resume_from, agent)
+    if "iteration" not in extra:
+        raise CheckpointError(
+            f"checkpoint {str(plan.resume_from)!r} has no trainer counters (extra={sorted(extra)});"
+            " resume from a checkpoint written by the trainer"
+        )
+    log.info("resumed from %s at iteration %d", plan.resume_from, extra["iteration"])
+    return int(extra["iteration"]), float(extra.get("elapsed_s", 0.0))
+
+
+def _snapshot(
+    plan: RunPlan,
+    iteration: int,
+    elapsed_s: float,
+    interval: _Interval,
+    episodes: EpisodeStats,
+    learning: bool,
+) -> Snapshot:
+    wall = max(time.perf_counter() - interval.start, 1e-9)
+    its = max(interval.iterations, 1)
+    stage_ms = {name: 1000.0 * s / its for name, s in interval.stage_s.items()}
+    scalars = {
+        "perf/env_steps_per_s": interval.iterations * plan.num_envs / wall,
+        "perf/updates_per_s": interval.updates / wall,
+        "perf/learn_pct": 100.0 * interval.stage_s["update"] / wall,
+        "perf/collect_ms_per_batch": stage_ms["inference"] + stage_ms["env_step"],
+        "async/utd": interval.updates / its,
+    }
+    if episodes.mean_return is not None and episodes.mean_length is not None:
+        scalars["rollout/mean_return"] = episodes.mean_return
+        scalars["rollout/mean_ep_len"] = episodes.mean_length
+    if interval.metric_count:
+        keys = sorted(interval.metric_sums)
+        # The one host sync of a logging interval.
+        values = (
+            torch.stack([interval.metric_sums[k].float() for k in keys]) / interval.metric_count
+        ).tolist()
+        scalars.update({f"train/{k}": v for k, v in zip(keys, values, strict=True)})
+    return Snapshot(
+        iteration=iteration,
+        env_steps=iteration * plan.num_envs,
+        total_env_steps=plan.num_iterations * plan.num_envs,
+        elapsed_s=elapsed_s,
+        scalars=scalars,
+        timing={"sync": stage_ms},
+        warming_up=not learning,
+    )
+
+
+def run_sync(
+    plan: RunPlan, reporter: Reporter, *, should_stop: Callable[[], bool] = lambda: False
+) -> SyncResult:
+    """Train ``plan`` with the synchronous loop until its budget, time limit or ``should_stop()``.
+
+    Reports a :class:`Snapshot` every ``plan.logging_interval`` iterations (and once at the end),
+    checkpoints every ``plan.save_interval`` iterations and always at the end.
+
+    Args:
+        plan: The resolved run.
+        reporter: Where snapshots and checkpoint notices go (not closed here).
+        should_stop: Polled once per iteration; True ends the run with a final checkpoint.
+
+    Returns:
+        Counters and the last checkpoint of the run.
+    """
+    cfg = plan.agent
+    _seed_everything(plan.seed + 1000)
+    buffer = ReplayBuffer.of(plan.dims, cfg, plan.num_envs, device=plan.device)
+    agent = FastSACAgent(plan.dims, cfg, plan.device, buffer=buffer)
+    iteration, elapsed_before = _resume(plan, agent) if plan.resume_from is not None else (0, 0.0)
+    last_checkpoint = plan.resume_from
+    cuda = agent.device.type == "cuda"
+
+    env = plan.env_factory(plan.num_envs, plan.seed)
+    episodes = EpisodeStats(100)
+    stop_reason: StopReason = "completed"
+    try:
+        obs, critic_obs = env.reset()
+        # The protocol keeps step arrays valid only until the next step, so the pre-step obs the
+        # buffer needs is copied (~10 µs) rather than relied on (MujocoBatchedEnv would keep it).
+        held_obs = np.empty_like(obs)
+        held_critic_obs = held_obs if critic_obs is obs else np.empty_like(critic_obs)
+        start = time.perf_counter()
+        interval = _Interval()
+        last_reported = last_saved = iteration
+        log.info("sync training %s from iteration %d to %d", plan.task_name, iteration, plan.num_iterations)
+        while iteration < plan.num_iterations:
+            if should_stop():
+                stop_reason = "stop_requested"
+                break
+            if plan.time_limit_s is not None and time.perf_counter() - start >= plan.time_limit_s:
+                stop_reason = "time_limit"
+                break
+
+            t0 = time.perf_counter()
+            actions = _choose_actions(env, agent, obs, explore=iteration < cfg.learning_starts)
+            np.copyto(held_obs, obs)
+            if held_critic_obs is not held_obs:
+                np.copyto(held_critic_obs, critic_obs)
+            t1 = time.perf_counter()
+            result = env.step(actions)
+            t2 = time.perf_counter()
+            held = (torch.from_numpy(held_obs), torch.from_numpy(held_critic_obs), torch.from_numpy(actions))
+            agent.buffer.extend(step_transition(*held, result))
+            episodes.add(result.episode_returns, result.episode_lengths)
+            obs, critic_obs = result.obs, result.critic_obs
+            t3 = time.perf_counter()
+            iteration += 1
+            if iteration > cfg.learning_starts and agent.buffer.num_complete >= 1:
+                interval.add_metrics(agent.update(cfg.num_updates))
+                interval.updates += cfg.num_updates
+                if cuda:
+                    # The next act() waits for these updates anyway; syncing here only moves that
+                    # wait into the "update" stage so the timing tree is honest.
+                    torch.cuda.synchronize(agent.device)
+            t4 = time.perf_counter()
+            for name, seconds in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                interval.stage_s[name] += seconds
+            interval.iterations += 1
+
+            if iteration % plan.logging_interval == 0:
+                elapsed = elapsed_before + time.perf_counter() - start
+                reporter.report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
+                interval, last_reported = _Interval(), iteration
+            if iteration % plan.save_interval == 0:
+                last_checkpoint = _save(plan, agent, iteration, elapsed_before + time.perf_counter() - start)
+                reporter.checkpoint_saved(last_checkpoint)
+                last_saved = iteration
+
+        elapsed = elapsed_before + time.perf_counter() - start
+        if iteration != last_reported:
+            reporter.report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
+        if iteration != last_saved or last_checkpoint is None:
+            last_checkpoint = _save(plan, agent, iteration, elapsed)
+            reporter.checkpoint_saved(last_checkpoint)
+    finally:
+        env.close()
+    log.info("sync training ended (%s) at iteration %d", stop_reason, iteration)
+    return SyncResult(
+        iterations=iteration,
+        env_steps=iteration * plan.num_envs,
+        updates=agent.update_idx,
+        mean_return=episodes.mean_return,
+        last_checkpoint=last_checkpoint,
+        stop_reason=stop_reason,
+    )
+
+
+def _save(plan: RunPlan, agent: FastSACAgent, iteration: int, elapsed_s: float) -> Path:
+    extra = {
+        "iteration": iteration,
+        "env_steps": iteration * plan.num_envs,
+        "elapsed_s": elapsed_s,
+        "task": plan.task_name,
+        "trainer": "sync",
+    }
+    return save_checkpoint(checkpoint_path(plan.run_dir, iteration), agent, extra=extra)

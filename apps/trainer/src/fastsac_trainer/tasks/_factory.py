@@ -1,0 +1,91 @@
+"""Picklable env factories (what collectors receive) and the one-env dimension probe."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from fastsac_core.env import EnvDims, EnvFactory
+from fastsac_trainer.tasks._mujoco_env import MujocoBatchedEnv
+from fastsac_trainer.tasks.exceptions import TaskError
+
+__all__ = ["MujocoEnvFactory", "import_env_module", "import_user_module", "probe_dims"]
+
+
+def import_user_module(module: str, setting: str) -> ModuleType:
+    """Import a user's ``module`` that ``setting`` names (its value as given).
+
+    Raises:
+        TaskError: Any import-time failure, as one line: the setting, the error, the fix.
+    """
+    try:
+        return importlib.import_module(module)
+    except Exception as error:  # any import-time failure of the user's module is one line.
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TaskError(
+            f"{setting} is invalid: {first}; put the module's folder on PYTHONPATH "
+            "(or install its package) so every process can import it"
+        ) from None
+
+
+def import_env_module(module: str | None) -> None:
+    """Import ``task.env_import`` (a module whose import registers the user's envs); None: nothing.
+
+    Raises:
+        TaskError: The module cannot be imported (one line: its name, the error, the fix).
+    """
+    if module is not None:
+        import_user_module(module, f"task.env_import={module!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MujocoEnvFactory:
+    """Builds a :class:`MujocoBatchedEnv` shard: ``factory(num_envs, seed)``.
+
+    A frozen dataclass of plain fields, so it pickles into spawned collector processes; it imports
+    ``env_import`` in the process that calls it, before ``gymnasium.make``, so a registration done
+    by that module happens in every collector.
+    """
+
+    env_id: str
+    """gymnasium id (``Humanoid-v5``)."""
+    max_episode_steps: int | None = None
+    """Time limit in steps; None keeps the env's own."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``gymnasium.make``."""
+    env_import: str | None = None
+    """Module imported before ``gymnasium.make`` (it registers the env); None: none."""
+    keep_wrappers: bool = False
+    """Step the env with its registered wrappers (a user's env) instead of unwrapped (the built-ins)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))  # a copy of plain containers
+
+    def __call__(self, num_envs: int, seed: int) -> MujocoBatchedEnv:
+        """Build ``num_envs`` envs seeded from ``seed``."""
+        import_env_module(self.env_import)
+        return MujocoBatchedEnv(
+            self.env_id,
+            num_envs,
+            seed,
+            max_episode_steps=self.max_episode_steps,
+            env_kwargs=self.env_kwargs,
+            keep_wrappers=self.keep_wrappers,
+        )
+
+    @property
+    def label(self) -> str:
+        """What the envs are, for a console line (the gymnasium id)."""
+        return self.env_id
+
+
+def probe_dims(factory: EnvFactory) -> EnvDims:
+    """Dimensions and action bounds of a task, read from a one-env batch that is closed after."""
+    env = factory(1, 0)
+    try:
+        return env.dims
+    finally:
+        env.close()

@@ -1,0 +1,104 @@
+"""A :class:`~fastsac_trainer.reporting.Reporter` that writes TensorBoard event files into the run folder.
+
+Scalars keep the names of ``Snapshot.scalars`` (the DESIGN names: ``perf/env_steps_per_s``,
+``async/policy_lag``, ``rollout/mean_return``, ``train/qf_loss``, ...), with the env steps collected
+so far as the x axis, so runs with different ``task.num_envs`` line up; the iteration (full env
+batches) is the scalar ``progress/iteration``. Collector stage timings that the trainer did not
+already put into ``scalars`` are added as ``perf/collector_<stage>_ms`` (mean over collectors), the
+way the public reference names them. The run's config is written once per launch as text (``config``)
+and as hparams (dotted keys).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+
+from fastsac_trainer.reporting import Snapshot
+
+__all__ = ["ITERATION", "TensorBoardReporter", "collector_stage_means", "flat_config", "logged_scalars"]
+
+ITERATION = "progress/iteration"
+"""The scalar that keeps the iteration (the x axis is env steps)."""
+
+
+def collector_stage_means(timing: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Mean ms of each stage over the ``collector*`` groups, keyed ``perf/collector_<stage>_ms``."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for group, stages in timing.items():
+        if not group.startswith("collector"):
+            continue
+        for stage, ms in stages.items():
+            sums[stage] = sums.get(stage, 0.0) + ms
+            counts[stage] = counts.get(stage, 0) + 1
+    return {f"perf/collector_{stage}_ms": sums[stage] / counts[stage] for stage in sums}
+
+
+def logged_scalars(snapshot: Snapshot) -> dict[str, float]:
+    """Every scalar a logger records for ``snapshot`` (TensorBoard and W&B alike), finite ones only."""
+    scalars = dict(collector_stage_means(snapshot.timing))
+    scalars.update(snapshot.scalars)
+    scalars[ITERATION] = float(snapshot.iteration)
+    return {name: value for name, value in sorted(scalars.items()) if math.isfinite(value)}
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, bool | int | float | str]:
+    """``config`` with dotted keys and hparams-friendly values (None and lists become text)."""
+    flat: dict[str, bool | int | float | str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_config(value, f"{name}."))
+        elif isinstance(value, bool | int | float | str):
+            flat[name] = value
+        else:
+            flat[name] = "null" if value is None else str(value)
+    return flat
+
+
+class TensorBoardReporter:
+    """Writes every snapshot's scalars as TensorBoard events, at its env step.
+
+    Args:
+        log_dir: Folder of the event files (the run folder).
+        resumed_at_env_steps: The env steps of the checkpoint this launch resumes, if any:
+            TensorBoard hides the events an earlier launch of the run wrote after it (that launch
+            went on past its last checkpoint), and keeps the ones up to it.
+        config: The resolved config, written as text and hparams (None: not written).
+    """
+
+    def __init__(
+        self, log_dir: Path, resumed_at_env_steps: int | None = None, config: dict[str, Any] | None = None
+    ) -> None:
+        purge_step = None if resumed_at_env_steps is None else resumed_at_env_steps + 1
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+        if config is not None:
+            self._write_config(config, resumed_at_env_steps or 0)
+
+    def _write_config(self, config: dict[str, Any], step: int) -> None:
+        from omegaconf import OmegaConf
+
+        text = OmegaConf.to_yaml(OmegaConf.create(config))
+        self._writer.add_text("config", f"```yaml\n{text}```", step)
+        file_writer = self._writer._get_file_writer()  # type: ignore[no-untyped-call]
+        metrics = {"rollout/mean_return": float("nan")}  # the scalar the HParams tab shows per run
+        for summary in hparams(flat_config(config), metrics):  # type: ignore[no-untyped-call]
+            file_writer.add_summary(summary, step)
+
+    def report(self, snapshot: Snapshot) -> None:
+        """Write the snapshot's scalars at ``snapshot.env_steps``."""
+        for name, value in logged_scalars(snapshot).items():
+            self._writer.add_scalar(name, value, snapshot.env_steps)
+        self._writer.flush()
+
+    def checkpoint_saved(self, path: Path) -> None:
+        """Nothing to record for a checkpoint."""
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self._writer.close()

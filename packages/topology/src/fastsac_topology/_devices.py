@@ -1,0 +1,104 @@
+"""Device specs: the learner device list and each collector's inference device."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastsac_topology.exceptions import TopologyError
+
+__all__ = ["cuda_index", "expand_learner_devices", "inference_device"]
+
+
+def cuda_index(device: str) -> int | None:
+    """The index of a normalised ``"cuda:N"`` device, or None for ``"cpu"``."""
+    return int(device.split(":", 1)[1]) if device.startswith("cuda:") else None
+
+
+def _normalise(setting: str, spec: str, num_cuda_devices: int) -> str:
+    """``"cpu"`` or ``"cuda:N"`` (``"cuda"`` means ``"cuda:0"``), checked against the device count."""
+    text = spec.strip().lower()
+    if text == "cpu":
+        return "cpu"
+    if text == "cuda":
+        text = "cuda:0"
+    head, _, tail = text.partition(":")
+    if head != "cuda" or not tail.isdigit():
+        raise TopologyError(f"{setting}={spec!r} is not a device; use 'cpu', 'cuda' or 'cuda:N'")
+    index = int(tail)
+    if index >= num_cuda_devices:
+        have = f"cuda:0..cuda:{num_cuda_devices - 1}" if num_cuda_devices else "none"
+        raise TopologyError(
+            f"{setting}={spec!r} names a missing device: this host has {num_cuda_devices} CUDA device(s) "
+            f"({have}); use one of them or 'cpu'"
+        )
+    return f"cuda:{index}"
+
+
+def expand_learner_devices(
+    *, trainer_device: str, specs: Sequence[str] | None, num_learners: int, num_cuda_devices: int
+) -> tuple[str, ...]:
+    """The device of every learner rank.
+
+    ``specs`` None expands from the trainer's device: ``cuda:k`` gives ``cuda:k .. cuda:k+n-1``,
+    ``cpu`` gives ``cpu`` for every rank (several CPU learners are allowed, e.g. for gloo tests).
+
+    Raises:
+        TopologyError: A malformed or missing device, a repeated CUDA device, a CPU/CUDA mix, or a
+            list whose length is not ``num_learners``.
+    """
+    if specs is None:
+        first = _normalise("trainer_device", trainer_device, num_cuda_devices)
+        start = cuda_index(first)
+        if start is None:
+            return ("cpu",) * num_learners
+        if start + num_learners > num_cuda_devices:
+            raise TopologyError(
+                f"num_learners={num_learners} from trainer_device={trainer_device!r} needs "
+                f"cuda:{start}..cuda:{start + num_learners - 1}, but this host has {num_cuda_devices} CUDA "
+                f"device(s); use num_learners <= {num_cuda_devices - start} or list learner_devices"
+            )
+        return tuple(f"cuda:{start + rank}" for rank in range(num_learners))
+    if len(specs) != num_learners:
+        raise TopologyError(
+            f"learner_devices={list(specs)} has {len(specs)} entries but num_learners={num_learners}; "
+            "give one device per learner, or leave learner_devices unset (null) to expand from trainer_device"
+        )
+    devices = tuple(_normalise("learner_devices", spec, num_cuda_devices) for spec in specs)
+    kinds = {device == "cpu" for device in devices}
+    if len(kinds) > 1:
+        raise TopologyError(
+            f"learner_devices={list(specs)} mixes CPU and CUDA learners; use all 'cpu' or all CUDA devices"
+        )
+    repeated = sorted({device for device in devices if device != "cpu" and devices.count(device) > 1})
+    if repeated:
+        raise TopologyError(
+            f"learner_devices={list(specs)} repeats {', '.join(repeated)}; "
+            "give every CUDA learner its own GPU"
+        )
+    return devices
+
+
+def inference_device(spec: str, owner_device: str, num_cuda_devices: int) -> str:
+    """Where a collector owned by a learner on ``owner_device`` runs its policy.
+
+    ``"auto"`` is the owner's device; ``"cuda"`` is the owner's GPU; ``"cuda:N"`` and ``"cpu"`` are
+    taken as given.
+
+    Raises:
+        TopologyError: ``"cuda"`` with a CPU owner or without CUDA, or a malformed/missing device.
+    """
+    text = spec.strip().lower()
+    if text == "auto":
+        return owner_device
+    if text == "cuda":
+        if num_cuda_devices == 0:
+            raise TopologyError(
+                "collector_inference_device='cuda' but this host has no CUDA device; use 'cpu' or 'auto'"
+            )
+        if owner_device == "cpu":
+            raise TopologyError(
+                "collector_inference_device='cuda' means the owner learner's GPU, but the learners run on "
+                "cpu; use 'cpu', 'auto' or an explicit 'cuda:N'"
+            )
+        return owner_device
+    return _normalise("collector_inference_device", spec, num_cuda_devices)
