@@ -138,10 +138,12 @@ def _run_folder(cwd: Path) -> Path:
     return folders[0]
 
 
-def _done_line(log: Path) -> tuple[int, int, str]:
-    found = _DONE.search(log.read_text())
+def _done_line(log: Path, last: bool = False) -> tuple[int, int, str]:
+    """(gstep, updates, actor digest) of the learner's first (or, after a resume, last) "done" line."""
+    found = list(_DONE.finditer(log.read_text()))
     assert found, log.read_text()
-    return int(found.group(1)), int(found.group(2)), found.group(3)
+    line = found[-1] if last else found[0]
+    return int(line.group(1)), int(line.group(2)), line.group(3)
 
 
 @pytest.mark.slow
@@ -262,3 +264,38 @@ def test_hosts_that_disagree_stop_before_anything_starts(tmp_path: Path) -> None
         assert code != 0 and line in host.text(), host.text()
         assert "spawned" not in host.text()
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_hosts_resume_their_run_folder_and_continue_as_one_run(tmp_path: Path) -> None:
+    """resume=<run folder> on both hosts: both continue from rank 0's checkpoint, identical, to the budget."""
+    first = [*TINY, "algo.trainer.num_learning_iterations=16", "run_name=r"]
+    port = _free_port()
+    hosts = [_Host(tmp_path, r, 2, port, first) for r in (0, 1)]
+    try:
+        codes = [host.finish(300.0) for host in hosts]
+        assert codes == [0, 0], [h.text() for h in hosts]
+    finally:
+        for host in hosts:
+            host.close()
+    run = _run_folder(tmp_path)
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000016.pt"]
+
+    port = _free_port()
+    again = [f"resume={run}", "algo.trainer.num_learning_iterations=28"]
+    hosts = [_Host(tmp_path, r, 2, port, again) for r in (0, 1)]
+    try:
+        codes = [host.finish(300.0) for host in hosts]
+        assert codes == [0, 0], [h.text() for h in hosts]
+    finally:
+        for host in hosts:
+            host.close()
+    checkpoint = run / "checkpoints" / "model_0000016.pt"
+    for host in hosts:
+        assert f"resuming from {checkpoint}" in host.text(), host.text()
+    primary = _done_line(run / "logs" / "learner0.log", last=True)
+    other = _done_line(run / "host1" / "logs" / "learner0.log", last=True)
+    assert primary == other and primary[0] == 28, (primary, other)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["model_0000016.pt", "model_0000028.pt"]
+    _assert_gone(hosts)
