@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-import struct
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.loggers import WandbReporter, quote_logger_list
 from fastsac_trainer.reporting import Snapshot
-from fastsac_trainer.tensorboard import logged_scalars
+from fastsac_trainer.run_dir import latest_checkpoint
+from fastsac_trainer.tensorboard import ITERATION, logged_scalars
+
+APP_DIR = Path(__file__).resolve().parents[1]
 
 
 def _snapshot(iteration: int) -> Snapshot:
@@ -50,20 +58,20 @@ def test_an_unknown_logger_is_refused_in_one_line() -> None:
         validate_config(cfg, cuda_count=0)  # type: ignore[arg-type]
 
 
-def _records(path: Path) -> Iterator[bytes]:
-    """The records of a W&B transaction log (LevelDB log format: 32 KiB blocks, 7-byte headers)."""
-    data, block, at, pending = path.read_bytes(), 32768, 7, b""  # 7: the ":W&B" file header
-    while at + 7 <= len(data):
-        left = block - at % block
-        _crc, length, kind = struct.unpack("<IHB", data[at : at + 7])
-        if left < 7 or (length == 0 and kind == 0):  # the padding at a block's end
-            at += left
-            continue
-        chunk, at = data[at + 7 : at + 7 + length], at + 7 + length
-        pending = chunk if kind == 2 else pending + chunk  # 1 full, 2 first, 3 middle, 4 last
-        if kind in (1, 4):
-            yield pending
-            pending = b""
+def _wandb_launches(run_dir: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each launch's run record and history rows as wandb's own reader prints them, in start order."""
+    launches = []
+    for folder in (run_dir / "wandb").glob("offline-run-*"):
+        command = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(folder)]
+        read = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+        records = [json.loads(line) for line in read.stdout.splitlines()]
+        run = next(r["run"] for r in records if r["type"] == "run")
+        launches.append((run, [r["history"]["item"] for r in records if r["type"] == "history"]))
+    return sorted(launches, key=lambda launch: str(launch[0]["start_time"]))
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
 
 
 @pytest.mark.slow
@@ -72,8 +80,6 @@ def test_wandb_offline_run_holds_every_tensorboard_scalar(
 ) -> None:
     """Offline, the W&B run files hold the config, the group and every logged scalar at its env steps."""
     wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
-    from wandb.proto import wandb_internal_pb2
-
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     config = {"seed": 3, "task": {"name": "pendulum"}, "wandb": {"project": "p", "entity": None}}
@@ -82,26 +88,114 @@ def test_wandb_offline_run_holds_every_tensorboard_scalar(
         for iteration in (1, 2):
             reporter.report(_snapshot(iteration))
         reporter.close()
-        # A resume reuses the run's W&B id.
-        run_id = (tmp_path / "wandb_id.txt").read_text().strip()
     finally:
         wandb.teardown()
-    (log,) = (tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
-    history, runs = [], []
-    for data in _records(log):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
-        if kind == "history":
-            # A key with "/" is stored as its parts.
-            items = {
-                item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                for item in record.history.item
-            }
-            history.append({k: v for k, v in items.items() if not k.startswith("_")})
-        elif kind == "run":
-            runs.append(record.run)
-    assert history == [{**logged_scalars(_snapshot(i)), "env_steps": 8 * i} for i in (1, 2)]
-    assert runs[0].run_group == "grp" and runs[0].project == "p"
-    saved = {item.key: json.loads(item.value_json) for item in runs[0].config.update}
-    assert saved["seed"] == 3 and saved["task"] == {"name": "pendulum"}
+    ((run, history),) = _wandb_launches(tmp_path)
+    assert [_public(row) for row in history] == [
+        {**logged_scalars(_snapshot(i)), "env_steps": 8 * i} for i in (1, 2)
+    ]
+    assert [row["_step"] for row in history] == [1, 2], "W&B's step is the iteration"
+    assert run["run_group"] == "grp" and run["project"] == "p"
+    assert run["run_id"] == (tmp_path / "wandb_id.txt").read_text().strip()
+    assert run["config"]["update"]["seed"] == 3 and run["config"]["update"]["task"] == {"name": "pendulum"}
+
+
+@pytest.mark.slow
+def test_a_resumed_wandb_run_is_rewound_to_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resuming iteration 20's checkpoint rewinds the same W&B run to step 20 and logs the resume after it."""
+    wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = {"seed": 3, "wandb": {"project": "p", "entity": None}}
+    try:
+        for resumed_at, iterations in ((None, (10, 20, 30)), (20, (25, 35))):  # killed at 30, checkpoint 20
+            reporter = WandbReporter(tmp_path, config, "p", None, None, resumed_at_iteration=resumed_at)
+            for iteration in iterations:
+                reporter.report(_snapshot(iteration))
+            reporter.close()
+            wandb.teardown()
+    finally:
+        wandb.teardown()
+    (first, first_rows), (second, second_rows) = _wandb_launches(tmp_path)
+    assert first["run_id"] == second["run_id"] and "branch_point" not in first
+    assert second["branch_point"] == {"run": first["run_id"], "metric": "_step", "value": 20}
+    assert [(row["_step"], row["env_steps"]) for row in first_rows] == [(10, 80), (20, 160), (30, 240)]
+    assert [(row["_step"], row["env_steps"]) for row in second_rows] == [(25, 200), (35, 280)]
+
+
+def _last_event_step(run_dir: Path) -> int:
+    """The env steps of the run's last TensorBoard point (-1 before the first)."""
+    if not run_dir.is_dir():
+        return -1
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return max((e.step for e in events.Scalars(ITERATION)), default=-1) if events.Tags()["scalars"] else -1
+
+
+def _checkpoint_iteration(run_dir: Path) -> int:
+    """The iteration of the run's latest checkpoint (0 before the first)."""
+    checkpoint = latest_checkpoint(run_dir)
+    return 0 if checkpoint is None else int(checkpoint.stem.rpartition("_")[2])
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumed_from_its_checkpoint_keeps_every_later_point_in_wandb(tmp_path: Path) -> None:
+    """SIGKILLed past its last checkpoint, then resumed: W&B rewinds there and holds every later point."""
+    pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="offline", WANDB_SILENT="true")
+    tiny = ["task=pendulum", "task.num_envs=2", "algo.trainer.asynchronous=false",
+            "algo.agent.learning_starts=2", "algo.agent.batch_size=32", "algo.agent.num_updates=1",
+            "algo.trainer.logging_interval=5", "algo.trainer.save_interval=300", "console=plain",
+            "logger=tensorboard,wandb"]  # fmt: skip
+    run_dir = tmp_path / "runs" / "k"
+    endless = [
+        sys.executable,
+        str(APP_DIR),
+        *tiny,
+        "algo.trainer.num_learning_iterations=100000",
+        "run_name=k",
+    ]
+    first = subprocess.Popen(
+        endless, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while _last_event_step(run_dir) < 2 * 310:  # two reports past the checkpoint of iteration 300
+            assert first.poll() is None and time.monotonic() < deadline, "the first launch ended early"
+            time.sleep(0.2)
+        # Then until W&B's file (written every second) holds a point past the latest checkpoint.
+        while max((row["_step"] for _, rows in _wandb_launches(run_dir) for row in rows), default=0) <= (
+            _checkpoint_iteration(run_dir)
+        ):
+            assert first.poll() is None and time.monotonic() < deadline, "W&B's file holds no later point"
+            time.sleep(0.5)
+    finally:
+        first.kill()
+        first.wait(timeout=60)
+    at = _checkpoint_iteration(run_dir)
+    resume = [
+        sys.executable,
+        str(APP_DIR),
+        f"resume={run_dir}",
+        f"algo.trainer.num_learning_iterations={at + 50}",
+    ]
+    resumed = subprocess.run(
+        resume, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+    (killed, killed_rows), (again, again_rows) = _wandb_launches(run_dir)
+    assert killed["run_id"] == again["run_id"] == (run_dir / "wandb_id.txt").read_text().strip()
+    assert max(row["_step"] for row in killed_rows) > at, "the killed launch logged past its checkpoint"
+    assert again["branch_point"] == {"run": killed["run_id"], "metric": "_step", "value": at}
+    # Every point the resume logged, at its iteration and env steps, as TensorBoard holds it too.
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    tensorboard = [(int(e.value), e.step) for e in events.Scalars(ITERATION) if e.step > 2 * at]
+    assert [(row["_step"], row["env_steps"]) for row in again_rows] == tensorboard
+    assert tensorboard[0][0] == at + 5 and tensorboard[-1][0] == at + 50
+    # W&B's history once rewound (the killed launch up to the checkpoint, then the resume) never goes back.
+    shown = [row for row in killed_rows if row["_step"] <= at] + again_rows
+    assert all(a["env_steps"] < b["env_steps"] for a, b in itertools.pairwise(shown))

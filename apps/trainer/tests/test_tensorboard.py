@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from tensorboard.backend.event_processing import plugin_event_accumulator
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastsac_trainer.reporting import Snapshot
@@ -85,6 +86,27 @@ def test_a_resumed_run_hides_the_events_its_last_launch_wrote_past_the_checkpoin
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     assert [e.step for e in events.Scalars("train/qf_loss")] == [8 * it for it in (10, 20, 25, 35)]
+
+
+def test_tensorboards_own_loader_hides_them_too_and_the_files_keep_both(tmp_path: Path) -> None:
+    """TensorBoard's Python loader (--load_fast=false) shows the resumed curve; unpurged, both launches."""
+    first = TensorBoardReporter(tmp_path)
+    for iteration in (10, 20, 30):
+        first.report(_snapshot(iteration))
+    first.close()
+    second = TensorBoardReporter(tmp_path, resumed_at_env_steps=20 * 8)
+    for iteration in (25, 35):
+        second.report(_snapshot(iteration))
+    second.close()
+    shown = {}
+    for purge in (True, False):
+        events = plugin_event_accumulator.EventAccumulator(str(tmp_path), purge_orphaned_data=purge)
+        events.Reload()
+        shown[purge] = [(e.step, e.wall_time) for e in events.Tensors("train/qf_loss")]
+    assert [step for step, _ in shown[True]] == [8 * it for it in (10, 20, 25, 35)]
+    assert [step for step, _ in shown[False]] == [8 * it for it in (10, 20, 30, 25, 35)]
+    killed_tail, resumed = shown[False][2], shown[False][3:]
+    assert all(killed_tail[1] <= wall for _, wall in resumed), "the killed launch's point is the earlier one"
 
 
 def test_runs_with_different_env_counts_line_up_in_env_steps(tmp_path: Path) -> None:

@@ -136,7 +136,7 @@ def run_with_console(
         plan: The run (``fastsac_trainer.plan.RunPlan``).
         console_mode: ``auto``, ``rich`` or ``plain``.
         trainer_fn: What :func:`select_trainer` returned.
-        resumed_at: Iteration of the checkpoint resumed (TensorBoard hides later events), or None.
+        resumed_at: Iteration of the checkpoint resumed (the loggers hide later points), or None.
         outcome: The Python API's record of the run (one more reporter, told how the run ended), or None.
     """
     from fastsac_trainer.console import open_console
@@ -190,10 +190,9 @@ def _run_logged(
     handler = ConsoleLogHandler(console)
     root = logging.getLogger()
     config = _saved_config(plan.run_dir)
-    resumed_at_env_steps = None if resumed_at is None else resumed_at * plan.num_envs
     # Across hosts, host 0 alone writes the run's events (the others keep their logs).
     primary = plan.hosts is None or plan.hosts.primary
-    opened = open_loggers(plan.run_dir, config, resumed_at_env_steps=resumed_at_env_steps,
+    opened = open_loggers(plan.run_dir, config, resumed_at=resumed_at, num_envs=plan.num_envs,
                           group=seed_group(plan.run_dir.name, config)) if primary else []  # fmt: skip
     loggers = FanOut(opened)
     extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)

@@ -6,12 +6,22 @@
 optional extra (``uv sync --extra wandb``); its ``wandb.project`` and ``wandb.entity`` options name where
 the run goes, ``WANDB_MODE=offline`` keeps it on disk (``runs/<run>/wandb/``, upload later with ``wandb
 sync``). A run's W&B id is kept in ``runs/<run>/wandb_id.txt``, so a resume continues the same W&B run.
+
+Note [W&B across a resume]: W&B's own step (``_step``) is the iteration, logged explicitly; every scalar is
+plotted against ``env_steps`` (a defined step metric). A resume from the checkpoint of iteration ``I``
+rewinds the W&B run there (``resume_from="<id>?_step=I"``): W&B keeps the history up to ``I`` and archives
+what the killed launch logged past it, so the curve continues from the checkpoint, as TensorBoard's does
+(``purge_step``). Offline, the rewind is written into the launch's ``.wandb`` file and done by ``wandb
+sync``. A server that refuses the rewind (a W&B preview feature) gets a plain resume (``resume="allow"``)
+with W&B counting ``_step`` on from its last one, so no point is dropped as a step below W&B's; the points
+the killed launch logged past the checkpoint then stay, and the env-steps curve doubles back there.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import secrets
 from pathlib import Path
 from typing import Any
@@ -26,6 +36,11 @@ LOGGERS = ("tensorboard", "wandb")
 
 _ID_FILE = "wandb_id.txt"
 _ENV_STEPS = "env_steps"
+_FLUSH_S = 1.0
+"""Seconds between writes of W&B's local ``.wandb`` file (W&B's default, 15 s, loses that much of a killed
+run, the points just before its last checkpoint included)."""
+
+_log = logging.getLogger(__name__)
 
 
 def quote_logger_list(overrides: list[str]) -> list[str]:
@@ -50,31 +65,59 @@ class WandbReporter:
         project: W&B project.
         entity: W&B entity (user or team); None: the default of the logged-in user.
         group: Group of the run (the seeds of one command share one).
+        resumed_at_iteration: The iteration of the checkpoint this launch resumes, if any: the W&B
+            run is rewound there (Note [W&B across a resume]).
     """
 
     def __init__(
-        self, run_dir: Path, config: dict[str, Any], project: str, entity: str | None, group: str | None
+        self,
+        run_dir: Path,
+        config: dict[str, Any],
+        project: str,
+        entity: str | None,
+        group: str | None,
+        resumed_at_iteration: int | None = None,
     ) -> None:
         wandb: Any = importlib.import_module("wandb")
         id_file = run_dir / _ID_FILE
-        if id_file.is_file():
+        known = id_file.is_file()
+        if known:
             run_id = id_file.read_text(encoding="utf-8").strip()
         else:
             run_id = secrets.token_hex(4)  # W&B ids: letters and digits
             id_file.write_text(f"{run_id}\n", encoding="utf-8")
-        self._run = wandb.init(
-            project=project, entity=entity, group=group, name=run_dir.name, id=run_id, resume="allow",
-            dir=str(run_dir), config=config,
+        init = dict(
+            project=project, entity=entity, group=group, name=run_dir.name, id=run_id, dir=str(run_dir),
+            config=config,
             # Its own console capture and messages would tear the live panel: the console is the app's.
-            settings=wandb.Settings(console="off", silent=True),
+            settings=wandb.Settings(console="off", silent=True, x_transaction_log_flush_interval=_FLUSH_S),
         )  # fmt: skip
-        # Every metric is plotted against env steps (W&B's own step only counts log calls).
+        self._step_is_iteration = True
+        if known and resumed_at_iteration is not None:
+            try:
+                self._run = wandb.init(**init, resume_from=f"{run_id}?_step={resumed_at_iteration}")
+            except wandb.errors.Error as error:
+                _log.warning(
+                    "W&B did not rewind run %s to its checkpoint (iteration %d): %s; resuming it instead: "
+                    "what the last launch logged past the checkpoint stays, and the curves double back "
+                    "there (plot against W&B's Step or wall time to tell the launches apart)",
+                    run_id, resumed_at_iteration, error,
+                )  # fmt: skip
+                self._run = wandb.init(**init, resume="allow")
+                self._step_is_iteration = False
+        else:
+            self._run = wandb.init(**init, resume="allow")
+        # Every metric is plotted against env steps (W&B's own step is the iteration).
         self._run.define_metric(_ENV_STEPS)
         self._run.define_metric("*", step_metric=_ENV_STEPS)
 
     def report(self, snapshot: Snapshot) -> None:
-        """Log the snapshot's scalars (the TensorBoard ones) with its env steps."""
-        self._run.log({**logged_scalars(snapshot), _ENV_STEPS: snapshot.env_steps})
+        """Log the snapshot's scalars (the TensorBoard ones) with its env steps, at its iteration."""
+        scalars = {**logged_scalars(snapshot), _ENV_STEPS: snapshot.env_steps}
+        if self._step_is_iteration:
+            self._run.log(scalars, step=snapshot.iteration, commit=True)
+        else:
+            self._run.log(scalars)  # after a plain resume, W&B's step counts on from its last one
 
     def checkpoint_saved(self, path: Path) -> None:
         """Nothing to record for a checkpoint."""
@@ -85,14 +128,25 @@ class WandbReporter:
 
 
 def open_loggers(
-    run_dir: Path, config: dict[str, Any], *, resumed_at_env_steps: int | None, group: str | None
+    run_dir: Path, config: dict[str, Any], *, resumed_at: int | None, num_envs: int, group: str | None
 ) -> list[Reporter]:
-    """The loggers ``config["logger"]`` names, writing into ``run_dir``."""
+    """The loggers ``config["logger"]`` names, writing into ``run_dir``.
+
+    Args:
+        run_dir: The run folder.
+        config: The resolved config.
+        resumed_at: The iteration of the checkpoint this launch resumes, if any.
+        num_envs: Envs of the run (env steps per iteration).
+        group: The W&B group (the seeds of one command share one), if any.
+    """
     names = config["logger"].split(",")
     loggers: list[Reporter] = []
     if "tensorboard" in names:
+        resumed_at_env_steps = None if resumed_at is None else resumed_at * num_envs
         loggers.append(TensorBoardReporter(run_dir, resumed_at_env_steps, config))
     if "wandb" in names:
         options = config["wandb"]
-        loggers.append(WandbReporter(run_dir, config, options["project"], options["entity"], group))
+        loggers.append(
+            WandbReporter(run_dir, config, options["project"], options["entity"], group, resumed_at)
+        )
     return loggers

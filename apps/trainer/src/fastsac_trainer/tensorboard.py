@@ -68,14 +68,20 @@ class TensorBoardReporter:
         log_dir: Folder of the event files (the run folder).
         resumed_at_env_steps: The env steps of the checkpoint this launch resumes, if any:
             TensorBoard hides the events an earlier launch of the run wrote after it (that launch
-            went on past its last checkpoint), and keeps the ones up to it.
+            went on past its last checkpoint), and keeps the ones up to it. The event files keep
+            both (Note [TensorBoard across a resume]).
         config: The resolved config, written as text and hparams (None: not written).
     """
 
     def __init__(
         self, log_dir: Path, resumed_at_env_steps: int | None = None, config: dict[str, Any] | None = None
     ) -> None:
-        purge_step = None if resumed_at_env_steps is None else resumed_at_env_steps + 1
+        # Note [TensorBoard across a resume]: each launch starts with a SessionLog START at its purge
+        # step (0 for the first). Readers hide the points of earlier launches at or past a later
+        # START's step: `trainer plot` (EventAccumulator) at every START, TensorBoard's Python loader
+        # (--load_fast=false) at every START but a run's first (hence one for the first launch too),
+        # and its fast loader (the default) at any step that goes back, START or not.
+        purge_step = 0 if resumed_at_env_steps is None else resumed_at_env_steps + 1
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
         if config is not None:
             self._write_config(config, resumed_at_env_steps or 0)
