@@ -10,10 +10,11 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 import pytest
+from matplotlib.collections import PolyCollection
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastsac_trainer.config.exceptions import TrainerAppError
-from fastsac_trainer.plot import curves, plot_runs
+from fastsac_trainer.plot import curves, draw_runs, plot_runs
 from fastsac_trainer.reporting import Snapshot
 from fastsac_trainer.seeds import seed_group, seed_runs
 from fastsac_trainer.tensorboard import TensorBoardReporter
@@ -76,6 +77,71 @@ def test_plot_overlays_runs_with_their_event_values(tmp_path: Path) -> None:
         plot_runs([tmp_path / "empty"], tmp_path / "q.png")
 
 
+def _linear_seeds(root: Path, name: str, spans: dict[int, tuple[int, int]]) -> list[Path]:
+    """Seed runs ``<name>_s<seed>``: a point every 8 env steps over ``spans[seed]``, valued seed * x / 8."""
+    runs = []
+    for seed, (first, last) in spans.items():
+        steps = list(range(first, last + 1, 8))
+        _write_run(root / f"{name}_s{seed}", steps, [seed * step / 8 for step in steps])
+        runs.append(root / f"{name}_s{seed}")
+    return runs
+
+
+def test_seeds_that_overlap_in_part_average_only_where_two_or_more_have_points(tmp_path: Path) -> None:
+    """s2 stops early, s3 starts late: each part is the mean of its seeds there, s3's tail its own line."""
+    runs = _linear_seeds(tmp_path, "g", {1: (8, 80), 2: (8, 40), 3: (24, 120)})
+    drawn = curves(runs, RETURN, "env_steps")
+    parts = [(c.label, c.seeds, c.x[0], c.x[-1]) for c in drawn]
+    assert parts == [
+        ("g (mean of 2 seeds)", 2, 8, 24),
+        ("g (mean of 3 seeds)", 3, 24, 40),
+        ("g (mean of 2 seeds)", 2, 40, 80),
+        ("g: g_s3 alone", 1, 80, 120),
+    ]
+    # Seed k's values are k * x / 8 wherever it has points: the mean and spread of the seeds present.
+    for curve, seeds in zip(drawn[:3], ((1, 2), (1, 2, 3), (1, 3)), strict=True):
+        at_x = np.array([[k * x / 8 for x in curve.x] for k in seeds])
+        assert curve.mean == pytest.approx(at_x.mean(axis=0)) and curve.std == pytest.approx(at_x.std(axis=0))
+    alone = drawn[3]
+    assert alone.x.tolist() == list(range(80, 121, 8)) and alone.mean.tolist() == [3 * x / 8 for x in alone.x]
+    assert not alone.std.any()
+
+
+def test_seeds_that_do_not_overlap_are_drawn_as_their_own_lines_with_no_mean(tmp_path: Path) -> None:
+    """Two seeds with disjoint env-step ranges: two single-seed lines, nothing in the gap between them."""
+    runs = _linear_seeds(tmp_path, "h", {1: (8, 40), 2: (64, 96)})
+    drawn = curves(runs, RETURN, "env_steps")
+    assert [(c.label, c.seeds, c.x.tolist()) for c in drawn] == [
+        ("h: h_s1 alone", 1, [8, 16, 24, 32, 40]),
+        ("h: h_s2 alone", 1, [64, 72, 80, 88, 96]),
+    ]
+    assert drawn[1].mean.tolist() == [2 * x / 8 for x in drawn[1].x]
+
+
+def test_the_figure_draws_each_part_with_its_band_and_a_legend_of_seed_counts(tmp_path: Path) -> None:
+    """Read back from the figure: the parts' lines and bands, one legend entry per seed count, a plain run."""
+    runs = _linear_seeds(tmp_path, "g", {1: (8, 80), 2: (8, 40), 3: (24, 120)})
+    _write_run(tmp_path / "solo", [8, 16], [1.0, 2.0])
+    figure = draw_runs([*runs, tmp_path / "solo"])
+    ax = figure.axes[1]  # rollout/mean_return against env steps
+    assert ax.get_xlabel() == "env steps"
+    drawn = curves([*runs, tmp_path / "solo"], RETURN, "env_steps")
+    lines = ax.get_lines()
+    assert [(line.get_xdata().tolist(), line.get_ydata().tolist()) for line in lines] == [
+        (c.x.tolist(), c.mean.tolist()) for c in drawn
+    ]
+    assert [line.get_linestyle() for line in lines] == ["--", "-", "--", ":", "-"]
+    assert len({line.get_color() for line in lines}) == 2, "one colour per seed group or run"
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 3, "a band for each mean, none for a seed alone or a run"
+    for band, curve in zip(bands, drawn[:3], strict=True):
+        y = band.get_paths()[0].vertices[:, 1]
+        assert y.min() == pytest.approx((curve.mean - curve.std).min())
+        assert y.max() == pytest.approx((curve.mean + curve.std).max())
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["g (mean of 2 seeds)", "g (mean of 3 seeds)", "g: g_s3 alone", "solo"]
+
+
 def _events(run_dir: Path) -> tuple[list[int], list[float]]:
     events = EventAccumulator(str(run_dir))
     events.Reload()
@@ -106,14 +172,18 @@ def test_seed_list_trains_sibling_runs_then_plot_shows_their_mean_and_spread(tmp
     )
     assert plot.returncode == 0, plot.stdout + plot.stderr
     assert iio.imread(tmp_path / "p.png").shape[:2] == (400, 1200)
-    (curve,) = curves(runs, RETURN, "env_steps")
-    assert curve.label == "p (2 seeds)"
     (s1, v1), (s2, v2) = _events(runs[0]), _events(runs[1])
-    # The curve spans the env steps both seeds reached; at its end it is the seeds' mean and std there
-    # (a seed without a point at that step: linear between its neighbours).
+    drawn = curves(runs, RETURN, "env_steps")
+    (curve,) = [c for c in drawn if c.seeds == 2]
+    assert curve.label == "p (mean of 2 seeds)"
+    # The mean spans the env steps both seeds reached; at its end it is the seeds' mean and std there
+    # (a seed without a point at that step: linear between its neighbours). Past it, the seed that
+    # went on (time_limit_s: they need not stop at the same step) is drawn alone.
     assert curve.x[0] == max(s1[0], s2[0]) and curve.x[-1] == min(s1[-1], s2[-1])
     last = [np.interp(curve.x[-1], s1, v1), np.interp(curve.x[-1], s2, v2)]
     assert curve.mean[-1] == pytest.approx(np.mean(last)) and curve.std[-1] == pytest.approx(np.std(last))
+    assert [c.seeds for c in drawn] in ([2], [2, 1], [1, 2], [1, 2, 1])
+    assert max(c.x[-1] for c in drawn) == max(s1[-1], s2[-1])
 
 
 def test_a_seed_list_under_torchrun_on_several_hosts_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

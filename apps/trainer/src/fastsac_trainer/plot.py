@@ -2,24 +2,39 @@
 
 One row per return scalar (``rollout/mean_return``; ``eval/return`` too when a run has it), against
 wall-clock time (left) and env steps (right). Runs are overlaid with their folder names. The seeds
-of one command (sibling folders ``<name>_s<seed>``, see :mod:`fastsac_trainer.seeds`) are one curve: their
-mean, with the band of one standard deviation around it, on the env steps (or seconds) all of them
-reached.
+of one command (sibling folders ``<name>_s<seed>``, see :mod:`fastsac_trainer.seeds`) are one colour: their
+mean, with the band of one standard deviation around it, wherever at least two seeds have points, and a
+seed's own line where it is alone (one stopped early, or the wall-clock spans differ). Each seed counts
+only within its own x range (linear between its points, never extrapolated), and the legend says how many
+seeds each part averages.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from matplotlib import rcParams
 from matplotlib.figure import Figure
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 
-__all__ = ["AXES", "RETURN_TAGS", "Curve", "Series", "curves", "plot_main", "plot_runs", "read_series"]
+__all__ = [
+    "AXES",
+    "RETURN_TAGS",
+    "Curve",
+    "Series",
+    "curves",
+    "draw_runs",
+    "plot_main",
+    "plot_runs",
+    "read_series",
+]
 
 RETURN_TAGS = ("rollout/mean_return", "eval/return")
 """The scalars plotted, one row each (a tag no run has is left out)."""
@@ -27,7 +42,7 @@ AXES = ("wall_s", "env_steps")
 """The x axes: seconds since the run's first point, and env steps (the event step)."""
 _AXIS_LABELS = {"wall_s": "wall-clock (s)", "env_steps": "env steps"}
 _GRID = 200
-"""Points of the common x grid the seeds of a group are interpolated onto."""
+"""Points of the common x grid the seeds of a group are interpolated onto (over the group's whole span)."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +59,20 @@ class Series:
 
 @dataclass(frozen=True)
 class Curve:
-    """What is drawn for one run or one group of seeds."""
+    """What is drawn for one run, or for one part of a group of seeds."""
 
     label: str
-    """Legend label: the run folder's name, or ``<name> (n seeds)``."""
+    """Legend label: the run folder's name, ``<name> (mean of n seeds)``, or ``<name>: <seed> alone``."""
+    group: str
+    """The run folder, or the seeds' shared ``<parent>/<name>``: one colour each."""
     x: np.ndarray
     """X values."""
     mean: np.ndarray
-    """The run's values, or the seeds' mean."""
+    """The run's values, or the mean of the seeds that have points there."""
     std: np.ndarray
-    """The seeds' standard deviation (zeros for one run)."""
+    """The seeds' standard deviation (zeros for one run or one seed)."""
+    seeds: int
+    """How many seeds the points average (1: a single run, or a seed alone)."""
 
 
 def read_series(run_dir: Path, tag: str) -> Series | None:
@@ -83,27 +102,67 @@ def _groups(run_dirs: list[Path]) -> dict[str, list[Path]]:
     return groups
 
 
+def _seed_parts(key: str, found: list[tuple[str, np.ndarray, np.ndarray]]) -> list[Curve]:
+    """The parts of a group of seeds ``(seed run, x, values)``: a mean where several have points, else one.
+
+    The group's x span is cut at every seed's first and last x; consecutive pieces covered by the
+    same seeds are one part. A seed covers a piece only within its own range, so nothing is
+    extrapolated; pieces no seed covers (between seeds that do not overlap) are left out.
+    """
+    spans = [(float(x[0]), float(x[-1])) for _, x, _ in found]
+    edges = np.unique(np.array(spans))
+    parts: list[tuple[float, float, tuple[int, ...]]] = []
+    for lo, hi in itertools.pairwise(edges.tolist()):
+        members = tuple(i for i, (first, last) in enumerate(spans) if first <= lo and hi <= last)
+        if parts and parts[-1][2] == members:
+            parts[-1] = (parts[-1][0], hi, members)
+        else:
+            parts.append((lo, hi, members))
+    span = edges[-1] - edges[0]
+    name = Path(key).name
+    drawn = []
+    for lo, hi, members in parts:
+        if len(members) == 1:
+            seed, x, values = found[members[0]]
+            xs = np.concatenate([[lo], x[(x > lo) & (x < hi)], [hi]])  # its own points, cut at the part
+            ys = np.interp(xs, x, values)
+            drawn.append(Curve(f"{name}: {seed} alone", key, xs, ys, np.zeros_like(ys), 1))
+        elif members:
+            grid = np.linspace(lo, hi, max(2, math.ceil(_GRID * (hi - lo) / span)))
+            stacked = np.stack([np.interp(grid, found[i][1], found[i][2]) for i in members])
+            label = f"{name} (mean of {len(members)} seeds)"
+            drawn.append(Curve(label, key, grid, stacked.mean(axis=0), stacked.std(axis=0), len(members)))
+    return drawn
+
+
 def curves(run_dirs: list[Path], tag: str, axis: str) -> list[Curve]:
     """The curves of ``tag`` against ``axis`` (``wall_s`` or ``env_steps``) for ``run_dirs``."""
     drawn = []
     for key, members in _groups(run_dirs).items():
-        found = [(s, getattr(s, axis)) for s in (read_series(m, tag) for m in members) if s is not None]
-        if not found:
-            continue
-        if len(members) == 1:
-            series, x = found[0]
-            drawn.append(Curve(members[0].name, x, series.values, np.zeros_like(series.values)))
-            continue
-        # Seeds report at different points: compare them on the x range every seed covers.
-        grid = np.linspace(max(x[0] for _, x in found), min(x[-1] for _, x in found), _GRID)
-        stacked = np.stack([np.interp(grid, x, s.values) for s, x in found])
-        label = f"{Path(key).name} ({len(found)} seeds)"
-        drawn.append(Curve(label, grid, stacked.mean(axis=0), stacked.std(axis=0)))
+        found = []
+        for member in members:
+            series = read_series(member, tag)
+            if series is not None:
+                x = getattr(series, axis)
+                order = np.argsort(x, kind="stable")
+                found.append((member.name, x[order], series.values[order]))
+        if len(members) == 1 and found:
+            _, x, values = found[0]
+            drawn.append(Curve(members[0].name, key, x, values, np.zeros_like(values), 1))
+        elif found:
+            drawn.extend(_seed_parts(key, found))
     return drawn
 
 
-def plot_runs(run_dirs: list[Path], out: Path) -> Path:
-    """Write the PNG of ``run_dirs``' returns to ``out``; its path.
+def _style(curve: Curve, most: int) -> str:
+    """Solid: a run, or the mean of all of its group's seeds; dashed: fewer seeds; dotted: a seed alone."""
+    if curve.seeds == most:
+        return "-"
+    return "--" if curve.seeds > 1 else ":"
+
+
+def draw_runs(run_dirs: list[Path]) -> Figure:
+    """The figure of ``run_dirs``' returns: one row per return scalar, one column per x axis.
 
     Raises:
         TrainerAppError: No run has a return scalar yet.
@@ -116,19 +175,37 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
             f"run={names} has no {RETURN_TAGS[0]} yet: a run logs it once its first episodes end; "
             "plot it later or pick a run folder with TensorBoard events"
         )
+    palette = rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = {key: palette[i % len(palette)] for i, key in enumerate(_groups(run_dirs))}
     figure = Figure(figsize=(12, 4 * len(rows)), layout="constrained")
     axes = figure.subplots(len(rows), len(AXES), squeeze=False)
     for (tag, per_axis), row in zip(rows, axes, strict=True):
         for axis, drawn, ax in zip(AXES, per_axis, row, strict=True):
+            most = {c.group: max(d.seeds for d in drawn if d.group == c.group) for c in drawn}
+            labelled: set[str] = set()
             for curve in drawn:
-                (line,) = ax.plot(curve.x, curve.mean, label=curve.label)
-                if curve.std.any():
+                colour = colours[curve.group]
+                label = curve.label if curve.label not in labelled else "_nolegend_"
+                labelled.add(curve.label)
+                style = _style(curve, most[curve.group])
+                ax.plot(curve.x, curve.mean, style, color=colour, label=label)
+                if curve.seeds > 1:
                     low, high = curve.mean - curve.std, curve.mean + curve.std
-                    ax.fill_between(curve.x, low, high, color=line.get_color(), alpha=0.25)
+                    ax.fill_between(curve.x, low, high, color=colour, alpha=0.25)
             ax.set_xlabel(_AXIS_LABELS[axis])
             ax.set_ylabel(tag)
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small")
+    return figure
+
+
+def plot_runs(run_dirs: list[Path], out: Path) -> Path:
+    """Write the PNG of ``run_dirs``' returns (:func:`draw_runs`) to ``out``; its path.
+
+    Raises:
+        TrainerAppError: No run has a return scalar yet.
+    """
+    figure = draw_runs(run_dirs)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=100)
     return out
