@@ -116,6 +116,8 @@ def test_seeds_that_do_not_overlap_are_drawn_as_their_own_lines_with_no_mean(tmp
         ("h: h_s2 alone", 1, [64, 72, 80, 88, 96]),
     ]
     assert drawn[1].mean.tolist() == [2 * x / 8 for x in drawn[1].x]
+    lines = draw_runs(runs).axes[1].get_lines()
+    assert [line.get_linestyle() for line in lines] == [":", ":"], "dotted: each seed alone"
 
 
 def test_the_figure_draws_each_part_with_its_band_and_a_legend_of_seed_counts(tmp_path: Path) -> None:

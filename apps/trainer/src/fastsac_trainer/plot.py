@@ -154,9 +154,9 @@ def curves(run_dirs: list[Path], tag: str, axis: str) -> list[Curve]:
     return drawn
 
 
-def _style(curve: Curve, most: int) -> str:
+def _style(curve: Curve, group_size: int) -> str:
     """Solid: a run, or the mean of all of its group's seeds; dashed: fewer seeds; dotted: a seed alone."""
-    if curve.seeds == most:
+    if curve.seeds == group_size:
         return "-"
     return "--" if curve.seeds > 1 else ":"
 
@@ -175,19 +175,19 @@ def draw_runs(run_dirs: list[Path]) -> Figure:
             f"run={names} has no {RETURN_TAGS[0]} yet: a run logs it once its first episodes end; "
             "plot it later or pick a run folder with TensorBoard events"
         )
+    groups = _groups(run_dirs)
     palette = rcParams["axes.prop_cycle"].by_key()["color"]
-    colours = {key: palette[i % len(palette)] for i, key in enumerate(_groups(run_dirs))}
+    colours = {key: palette[i % len(palette)] for i, key in enumerate(groups)}
     figure = Figure(figsize=(12, 4 * len(rows)), layout="constrained")
     axes = figure.subplots(len(rows), len(AXES), squeeze=False)
     for (tag, per_axis), row in zip(rows, axes, strict=True):
         for axis, drawn, ax in zip(AXES, per_axis, row, strict=True):
-            most = {c.group: max(d.seeds for d in drawn if d.group == c.group) for c in drawn}
             labelled: set[str] = set()
             for curve in drawn:
                 colour = colours[curve.group]
                 label = curve.label if curve.label not in labelled else "_nolegend_"
                 labelled.add(curve.label)
-                style = _style(curve, most[curve.group])
+                style = _style(curve, len(groups[curve.group]))
                 ax.plot(curve.x, curve.mean, style, color=colour, label=label)
                 if curve.seeds > 1:
                     low, high = curve.mean - curve.std, curve.mean + curve.std
