@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from fastsac_async import AsyncOptions, CollectorSnapshot, EngineStats, LearnerSnapshot, aggregate_collectors
+from fastsac_async import (
+    AsyncOptions,
+    CollectorSnapshot,
+    EngineStats,
+    LearnerSnapshot,
+    TrainingRun,
+    aggregate_collectors,
+)
 from fastsac_core import FastSACConfig, peek_checkpoint
 from fastsac_trainer.async_trainer import engine_snapshot, run_async
 from fastsac_trainer.plan import RunPlan
@@ -46,12 +53,13 @@ def _plan(tmp_path: Path, learners: int, iterations: int = 30) -> RunPlan:
         actor_hidden_dim=32, critic_hidden_dim=32, num_atoms=11, batch_size=16, buffer_size=64,
         num_updates=2, learning_starts=5, compile=False, cudagraphs=False, amp=False,
     )  # fmt: skip
+    run = TrainingRun(env_factory=factory, dims=probe_dims(factory), seed=1, num_iterations=iterations,
+                      time_limit_s=None, logging_interval=5, save_interval=10, run_dir=tmp_path)  # fmt: skip
     return RunPlan(
-        task_name="halfcheetah", env_factory=factory, dims=probe_dims(factory), num_envs=4, agent=agent,
+        task_name="halfcheetah", run=run, num_envs=4, agent=agent,
         async_options=AsyncOptions(num_collectors=2, num_learners=learners, ring_capacity=4,
                                    weight_publish_interval=2, collector_inference_device="cpu"),
-        asynchronous=True, device="cpu", seed=1, num_iterations=iterations, time_limit_s=None,
-        logging_interval=5, save_interval=10, run_dir=tmp_path,
+        asynchronous=True, device="cpu",
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fastsac_async import AsyncOptions, EngineSpec, EngineStats, WorkerFailed, run_engine
+from fastsac_async import AsyncOptions, EngineSpec, EngineStats, TrainingRun, WorkerFailed, run_engine
 from fastsac_async.testing import FailingEnvFactory, FakeEnvFactory, LearnerFaultEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
 
@@ -23,11 +23,13 @@ CFG = FastSACConfig(
 
 
 def _spec(tmp_path: Path, factory: object) -> EngineSpec:
-    return EngineSpec(
-        topology=cpu_topology(num_envs=8, num_collectors=2, num_learners=1, batch_size=16),
-        env_factory=factory, dims=FakeEnvFactory()(1, 0).dims, agent=CFG,  # type: ignore[arg-type]
-        options=AsyncOptions(num_collectors=2, ring_capacity=4, boot_timeout_s=120.0),
+    run = TrainingRun(
+        env_factory=factory, dims=FakeEnvFactory()(1, 0).dims,  # type: ignore[arg-type]
         seed=0, num_iterations=1_000_000, logging_interval=2, save_interval=0, run_dir=tmp_path,
+    )  # fmt: skip
+    return EngineSpec(
+        run=run, topology=cpu_topology(num_envs=8, num_collectors=2, num_learners=1, batch_size=16),
+        agent=CFG, options=AsyncOptions(num_collectors=2, ring_capacity=4, boot_timeout_s=120.0),
         shutdown_timeout_s=5.0,
     )  # fmt: skip
 
@@ -162,18 +164,18 @@ def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(
 _KILL_A_COLLECTOR = r"""
 import os, re, signal, sys
 from pathlib import Path
-from fastsac_async import AsyncOptions, EngineSpec, WorkerFailed, run_engine
+from fastsac_async import AsyncOptions, EngineSpec, TrainingRun, WorkerFailed, run_engine
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
 
 run_dir = Path(sys.argv[1])
 agent = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,
                       num_updates=1, learning_starts=3, compile=False, cudagraphs=False, amp=False)
+run = TrainingRun(env_factory=FakeEnvFactory(step_delay_s=0.002), dims=FakeEnvFactory()(1, 0).dims, seed=0,
+                  num_iterations=1_000_000, logging_interval=2, save_interval=0, run_dir=run_dir)
 spec = EngineSpec(
-    topology=cpu_topology(num_envs=8, num_collectors=2, num_learners=1, batch_size=16),
-    env_factory=FakeEnvFactory(step_delay_s=0.002), dims=FakeEnvFactory()(1, 0).dims, agent=agent,
-    options=AsyncOptions(num_collectors=2, ring_capacity=4, boot_timeout_s=120.0), seed=0,
-    num_iterations=1_000_000, logging_interval=2, save_interval=0, run_dir=run_dir, shutdown_timeout_s=5.0,
+    run=run, topology=cpu_topology(num_envs=8, num_collectors=2, num_learners=1, batch_size=16), agent=agent,
+    options=AsyncOptions(num_collectors=2, ring_capacity=4, boot_timeout_s=120.0), shutdown_timeout_s=5.0,
 )
 killed = []
 

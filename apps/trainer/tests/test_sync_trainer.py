@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fastsac_async.config import AsyncOptions
+from fastsac_async.spec import TrainingRun
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.plan import RunPlan, checkpoint_path
 from fastsac_trainer.reporting import Snapshot
@@ -19,6 +20,9 @@ from fastsac_trainer.sync_trainer import run_sync
 from fastsac_trainer.tasks import get_task, probe_dims
 
 # Tiny and fast: 4 pendulum envs, 2 random iterations, then 2 updates per iteration on 16 samples.
+RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainingRun))
+"""Keyword arguments of ``make_plan`` that belong to the plan's ``TrainingRun``."""
+
 TINY: dict[str, Any] = {
     "actor_hidden_dim": 16,
     "critic_hidden_dim": 16,
@@ -72,15 +76,9 @@ def make_plan(
 ) -> RunPlan:
     spec = get_task(task)
     factory = spec.env_factory()
-    fields: dict[str, Any] = {
-        "task_name": task,
+    run: dict[str, Any] = {
         "env_factory": factory,
         "dims": probe_dims(factory),
-        "num_envs": 4,
-        "agent": spec.agent_config(**(TINY if agent is None else agent)),
-        "async_options": AsyncOptions(),
-        "asynchronous": False,
-        "device": "cpu",
         "seed": 3,
         "num_iterations": 7,
         "time_limit_s": None,
@@ -88,8 +86,17 @@ def make_plan(
         "save_interval": 3,
         "run_dir": run_dir,
     }
-    fields.update(kw)
-    return RunPlan(**fields)
+    fields: dict[str, Any] = {
+        "task_name": task,
+        "num_envs": 4,
+        "agent": spec.agent_config(**(TINY if agent is None else agent)),
+        "async_options": AsyncOptions(),
+        "asynchronous": False,
+        "device": "cpu",
+    }
+    run.update((key, value) for key, value in kw.items() if key in RUN_FIELDS)
+    fields.update((key, value) for key, value in kw.items() if key not in RUN_FIELDS)
+    return RunPlan(run=TrainingRun(**run), **fields)
 
 
 def test_checkpoints_at_save_interval_and_at_the_end(tmp_path: Path) -> None:

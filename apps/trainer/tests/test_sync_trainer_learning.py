@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from fastsac_async.config import AsyncOptions
+from fastsac_async.spec import TrainingRun
 from fastsac_core import load_checkpoint
 from fastsac_core.env import BatchedEnv
 from fastsac_core.testing import make_agent
@@ -79,21 +80,24 @@ def test_sync_trainer_learns_inverted_pendulum(tmp_path: Path) -> None:
     """600 sync iterations lift the deterministic policy's return from random (~5) to >= 150 of 200."""
     spec = get_task("pendulum")
     factory = spec.env_factory()
-    plan = RunPlan(
-        task_name=spec.name,
+    run = TrainingRun(
         env_factory=factory,
         dims=probe_dims(factory),
-        num_envs=spec.num_envs,
-        agent=spec.agent_config(),
-        async_options=AsyncOptions(),
-        asynchronous=False,
-        device="cpu",
         seed=1,
         num_iterations=spec.num_learning_iterations,
         time_limit_s=None,
         logging_interval=100,
         save_interval=10**9,
         run_dir=tmp_path,
+    )
+    plan = RunPlan(
+        task_name=spec.name,
+        run=run,
+        num_envs=spec.num_envs,
+        agent=spec.agent_config(),
+        async_options=AsyncOptions(),
+        asynchronous=False,
+        device="cpu",
     )
     limit = spec.max_episode_steps
     assert limit is not None
@@ -104,7 +108,7 @@ def test_sync_trainer_learns_inverted_pendulum(tmp_path: Path) -> None:
     random_env = factory(EVAL_ENVS, 10_000)
     random_returns = first_episode_returns(random_env, lambda _: random_env.sample_actions(), limit)
 
-    agent = make_agent(plan.dims, plan.agent, "cpu", num_envs=plan.num_envs)
+    agent = make_agent(plan.run.dims, plan.agent, "cpu", num_envs=plan.num_envs)
     assert result.last_checkpoint is not None
     load_checkpoint(result.last_checkpoint, agent)
 

@@ -11,7 +11,7 @@ import pytest
 
 from fastsac_async.config import AsyncOptions
 from fastsac_async.exceptions import AsyncConfigError
-from fastsac_async.spec import EngineSpec
+from fastsac_async.spec import EngineSpec, TrainingRun
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
 
@@ -69,11 +69,13 @@ def test_the_defaults_are_valid() -> None:
 def test_an_engine_spec_refuses_options_that_disagree_with_its_topology(tmp_path: Path) -> None:
     """EngineSpec: options counting other workers than the topology places is refused, naming both counts."""
     factory = FakeEnvFactory()
+    run = TrainingRun(env_factory=factory, dims=factory(1, 0).dims, seed=0, num_iterations=1,
+                      logging_interval=1, save_interval=0, run_dir=tmp_path)  # fmt: skip
     fields: dict[str, Any] = dict(
+        run=run,
         topology=cpu_topology(num_envs=8, num_collectors=2, num_learners=1, batch_size=16),
-        env_factory=factory, dims=factory(1, 0).dims, agent=FastSACConfig(batch_size=16),
-        seed=0, num_iterations=1, logging_interval=1, save_interval=0, run_dir=tmp_path,
-    )  # fmt: skip
+        agent=FastSACConfig(batch_size=16),
+    )
     spec = EngineSpec(options=AsyncOptions(num_collectors=2), **fields)
     assert (spec.num_collectors, spec.num_learners) == (2, 1)
     message = "async_options.num_collectors=4 is invalid: the topology places 2"

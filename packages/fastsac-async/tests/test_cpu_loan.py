@@ -8,7 +8,7 @@ import psutil
 import pytest
 import torch._inductor.config as inductor_config
 
-from fastsac_async import AsyncOptions, EngineSpec
+from fastsac_async import AsyncOptions, EngineSpec, TrainingRun
 from fastsac_async.learner.cpu_loan import borrowed_cpus, compile_cpus
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
@@ -109,10 +109,10 @@ def _spec(tmp_path: Path, *, device: str, learner_cpus: tuple[int, ...] | None, 
         collectors=tuple(dataclasses.replace(c, cpus=(10 + c.index,)) for c in topo.collectors),
     )
     return EngineSpec(
-        topology=topo, env_factory=factory, dims=factory(1, 0).dims,
-        agent=FastSACConfig(batch_size=16, buffer_size=64, compile=compile),
-        options=AsyncOptions(num_collectors=2), seed=0, num_iterations=10, logging_interval=5,
-        save_interval=0, run_dir=tmp_path,
+        run=TrainingRun(env_factory=factory, dims=factory(1, 0).dims, seed=0, num_iterations=10,
+                        logging_interval=5, save_interval=0, run_dir=tmp_path),
+        topology=topo, agent=FastSACConfig(batch_size=16, buffer_size=64, compile=compile),
+        options=AsyncOptions(num_collectors=2),
     )  # fmt: skip
 
 

@@ -4,6 +4,7 @@ import multiprocessing as mp
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from fastsac_async.control import Control
 from fastsac_async.parent import monitor as monitor_module
 from fastsac_async.parent.engine import EngineStats, run_engine
 from fastsac_async.parent.monitor import final_checkpoint
-from fastsac_async.spec import EngineSpec, checkpoint_file, learner_threads, rendezvous_file
+from fastsac_async.spec import EngineSpec, TrainingRun, checkpoint_file, learner_threads, rendezvous_file
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig, peek_checkpoint, save_checkpoint
 from fastsac_core.testing import make_agent
@@ -31,13 +32,19 @@ CFG = FastSACConfig(
 def _spec(tmp_path: Path, collectors: int, learners: int, iterations: int) -> EngineSpec:
     factory = FakeEnvFactory(step_delay_s=0.002)
     return EngineSpec(
+        run=TrainingRun(env_factory=factory, dims=factory(1, 0).dims, seed=3, num_iterations=iterations,
+                        logging_interval=5, save_interval=0, run_dir=tmp_path),
         topology=cpu_topology(num_envs=8, num_collectors=collectors, num_learners=learners, batch_size=16),
-        env_factory=factory, dims=factory(1, 0).dims, agent=CFG,
+        agent=CFG,
         options=AsyncOptions(num_collectors=collectors, num_learners=learners, ring_capacity=4,
                              weight_publish_interval=2, boot_timeout_s=120.0),
-        seed=3, num_iterations=iterations, logging_interval=5, save_interval=0, run_dir=tmp_path,
         rendezvous_timeout_s=60.0,
     )  # fmt: skip
+
+
+def _with_run(spec: EngineSpec, **changes: Any) -> EngineSpec:
+    """``spec`` with ``changes`` to its :class:`TrainingRun`."""
+    return dataclasses.replace(spec, run=dataclasses.replace(spec.run, **changes))
 
 
 @pytest.mark.slow
@@ -90,7 +97,7 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
 @pytest.mark.slow
 def test_time_limit_stops_the_run_and_says_so(tmp_path: Path) -> None:
     """time_limit_s ends an unbounded run early, with stop_reason "time_limit" and a final checkpoint."""
-    spec = dataclasses.replace(_spec(tmp_path, 1, 1, 10**9), time_limit_s=2.0)
+    spec = _with_run(_spec(tmp_path, 1, 1, 10**9), time_limit_s=2.0)
     result = run_engine(spec)
     assert result.stopped_early and result.stop_reason == "time_limit"
     assert 0 < result.global_step < 10**9 and result.last_checkpoint is not None
@@ -149,7 +156,7 @@ def test_collector_settings_follow_the_spec(tmp_path: Path) -> None:
     settings = collector_settings(spec, 1)
     assert (settings.index, settings.budget, settings.learning_starts, settings.resume) == (1, 40, 3, False)
     assert (settings.spin_s, settings.idle_sleep_s, settings.stats_interval) == (0.003, 0.002, 5)
-    resumed = collector_settings(dataclasses.replace(spec, resume_from=tmp_path / "model.pt"), 0)
+    resumed = collector_settings(_with_run(spec, resume_from=tmp_path / "model.pt"), 0)
     assert resumed.resume
 
 
@@ -182,12 +189,12 @@ def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(
 def test_a_run_resumed_from_uneven_collector_steps_finishes(tmp_path: Path, learners: int) -> None:
     """A resume from uneven collector steps (as a stop leaves them) finishes and continues the count."""
     spec = _spec(tmp_path / "resumed", 2, learners, 12)
-    agent = make_agent(spec.dims, CFG, "cpu", num_envs=8 // learners, world_size=learners)
+    agent = make_agent(spec.run.dims, CFG, "cpu", num_envs=8 // learners, world_size=learners)
     saved = save_checkpoint(
         checkpoint_file(tmp_path / "stopped", 5), agent,
         extra={"iteration": 5, "updates": 6, "collector_steps": [4, 7]},  # collector 1 was 3 steps ahead
     )  # fmt: skip
-    spec = dataclasses.replace(spec, resume_from=saved, time_limit_s=120.0)  # a hang ends as a failure
+    spec = _with_run(spec, resume_from=saved, time_limit_s=120.0)  # a hang ends as a failure
     result = run_engine(spec)
     assert result.stop_reason == "completed"
     assert result.collector_steps == [12, 12] and result.global_step == 12
@@ -230,7 +237,9 @@ def test_a_stale_rendezvous_file_does_not_break_the_next_two_learner_run(tmp_pat
     proc.start()
     proc.join(60)
     assert proc.exitcode == 0 and stale.exists()
-    spec = dataclasses.replace(_spec(tmp_path, 2, 2, 12), time_limit_s=120.0, rendezvous_timeout_s=30.0)
+    spec = _with_run(
+        dataclasses.replace(_spec(tmp_path, 2, 2, 12), rendezvous_timeout_s=30.0), time_limit_s=120.0
+    )
     result = run_engine(spec)
     assert result.stop_reason == "completed" and result.collector_steps == [12, 12]
 
@@ -243,8 +252,8 @@ def test_resumed_collectors_act_with_the_checkpoints_actor_from_their_first_step
     at zero weights, and the smallest spread); a random-initialised actor's actions straddle 0.
     """
     factory = FirstActionsEnvFactory(folder=str(tmp_path))
-    spec = dataclasses.replace(_spec(tmp_path / "run", 2, 1, 40), env_factory=factory)
-    agent = make_agent(spec.dims, CFG, "cpu", num_envs=8)
+    spec = _with_run(_spec(tmp_path / "run", 2, 1, 40), env_factory=factory)
+    agent = make_agent(spec.run.dims, CFG, "cpu", num_envs=8)
     with torch.no_grad():
         agent.model.actor.fc_mean.bias.fill_(20.0)
         agent.model.actor.fc_log_std.bias.fill_(-20.0)
@@ -252,7 +261,7 @@ def test_resumed_collectors_act_with_the_checkpoints_actor_from_their_first_step
         checkpoint_file(tmp_path / "stopped", 5), agent,
         extra={"iteration": 5, "updates": 6, "collector_steps": [5, 5]},
     )  # fmt: skip
-    run_engine(dataclasses.replace(spec, resume_from=saved, time_limit_s=120.0))
-    for seed in (spec.seed, spec.seed + 1):
+    run_engine(_with_run(spec, resume_from=saved, time_limit_s=120.0))
+    for seed in (spec.run.seed, spec.run.seed + 1):
         first = np.load(tmp_path / f"first_actions_{seed}.npy")
         assert first.shape == (4, 2) and (first > 0.99).all(), first

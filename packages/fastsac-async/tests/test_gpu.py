@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastsac_async import AsyncOptions, EngineSpec, Ingestor, run_engine
+from fastsac_async import AsyncOptions, EngineSpec, Ingestor, TrainingRun, run_engine
 from fastsac_async.spec import weight_extras
 from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory
 from fastsac_core import FastSACConfig, ReplayBuffer, step_transition, transition_fields
@@ -116,10 +116,10 @@ def test_two_nccl_learners(tmp_path: Path) -> None:
         cpus_per_collector=None, transition_ipc="auto", weight_ipc="auto", weight_ipc_min_bytes=1 << 24,
         actor_param_bytes=0, host=discover_host(),
     )  # fmt: skip
-    spec = EngineSpec(topology=topo, env_factory=factory, dims=factory(1, 0).dims, agent=cfg,
-                      options=AsyncOptions(num_collectors=2, num_learners=2, ring_capacity=4),
-                      seed=0, num_iterations=40, logging_interval=5, save_interval=0,
-                      run_dir=tmp_path)  # fmt: skip
+    run = TrainingRun(env_factory=factory, dims=factory(1, 0).dims, seed=0, num_iterations=40,
+                      logging_interval=5, save_interval=0, run_dir=tmp_path)  # fmt: skip
+    spec = EngineSpec(run=run, topology=topo, agent=cfg,
+                      options=AsyncOptions(num_collectors=2, num_learners=2, ring_capacity=4))  # fmt: skip
     result = run_engine(spec)
     assert result.collector_steps == [40, 40] and result.updates == 2 * (40 - 3 + 1)
 
@@ -214,10 +214,10 @@ def test_a_failing_learner_with_cuda_ipc_rings_is_named_within_10_s(tmp_path: Pa
         actor_param_bytes=0, host=discover_host(),
     )  # fmt: skip
     assert all(c.transition_transport == "cuda_ipc" for c in topo.collectors)
-    spec = EngineSpec(topology=topo, env_factory=factory, dims=factory(1, 0).dims, agent=cfg,
-                      options=AsyncOptions(num_collectors=4, ring_capacity=4), seed=0,
-                      num_iterations=10**6, logging_interval=5, save_interval=0,
-                      run_dir=tmp_path)  # fmt: skip
+    run = TrainingRun(env_factory=factory, dims=factory(1, 0).dims, seed=0, num_iterations=10**6,
+                      logging_interval=5, save_interval=0, run_dir=tmp_path)  # fmt: skip
+    spec = EngineSpec(run=run, topology=topo, agent=cfg,
+                      options=AsyncOptions(num_collectors=4, ring_capacity=4))  # fmt: skip
     with pytest.raises(WorkerFailed) as info:
         run_engine(spec)
     stopped_after = time.time() - float(mark.read_text())

@@ -97,7 +97,7 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
     return Snapshot(
         iteration=stats.global_step,
         env_steps=env_steps,
-        total_env_steps=plan.num_iterations * plan.num_envs,
+        total_env_steps=plan.run.num_iterations * plan.num_envs,
         elapsed_s=stats.elapsed_s,
         scalars=scalars,
         timing=timing,
@@ -128,23 +128,13 @@ def run_async(
         fastsac_async.RunAborted: ``should_abort()`` turned true; every worker is gone.
     """
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    topology = plan.topology if plan.topology is not None else resolve_placement(plan, cuda_count)
+    topology = plan.topology
+    if topology is None:
+        topology = resolve_placement(plan, plan.run.dims, cuda_count)
     for note in topology.notes:
         log.info("placement: %s", note)
     spec = EngineSpec(
-        topology=topology,
-        env_factory=plan.env_factory,
-        dims=plan.dims,
-        agent=plan.agent,
-        options=plan.async_options,
-        seed=plan.seed,
-        num_iterations=plan.num_iterations,
-        logging_interval=plan.logging_interval,
-        save_interval=plan.save_interval,
-        run_dir=plan.run_dir,
-        resume_from=plan.resume_from,
-        time_limit_s=plan.time_limit_s,
-        hosts=plan.hosts,
+        run=plan.run, agent=plan.agent, options=plan.async_options, topology=topology, hosts=plan.hosts
     )
     per_collector = topology.num_envs_per_collector
 

@@ -137,7 +137,6 @@ def train(overrides: list[str], outcome: RunOutcome | None = None) -> int:
 
 
 def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None) -> int:
-    import dataclasses
     import functools
 
     from omegaconf import OmegaConf
@@ -157,7 +156,7 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
         if outcome is not None and resume_from is not None:
             outcome.nothing_to_train(previous_run or resume_from.parent, resume_from)
         return 0
-    topology = resolve_placement(run, cuda_count) if run.asynchronous else None
+    topology = resolve_placement(run, run.dims, cuda_count) if run.asynchronous else None
     placement = describe_placement(run, topology)
     if cluster is not None:  # every host agrees before anything starts
         placement = f"{placement}\n{cluster.agree(run, topology, resumed_at)}"
@@ -170,9 +169,8 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
         make = functools.partial(open_run_dir, run, resume_from, previous_run, config_yaml)
         run_dir = cluster.run_folder(make, config_yaml, resuming=resume_from is not None)
     (run_dir / OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
-    plan = run.plan(run_dir, resume_from, topology)
+    plan = run.plan(run_dir, resume_from, topology, None if cluster is None else cluster.group)
     if cluster is not None:
-        plan = dataclasses.replace(plan, hosts=cluster.group)
         cluster.start_watch()
         trainer_fn = cluster.guard(trainer_fn)
     out = sys.stdout

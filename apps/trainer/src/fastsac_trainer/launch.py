@@ -142,7 +142,7 @@ def run_with_console(
     from fastsac_trainer.console import open_console
 
     title = f"{plan.task_name}/fastsac"
-    with _parent_log(plan.run_dir, title) as logged:
+    with _parent_log(plan.run.run_dir, title) as logged:
         console = open_console(console_mode, title=title)
         return _run_logged(plan, console, logged, trainer_fn, resumed_at, outcome)
 
@@ -189,11 +189,11 @@ def _run_logged(
 
     handler = ConsoleLogHandler(console)
     root = logging.getLogger()
-    config = _saved_config(plan.run_dir)
+    config = _saved_config(plan.run.run_dir)
     # Across hosts, host 0 alone writes the run's events (the others keep their logs).
     primary = plan.hosts is None or plan.hosts.primary
-    opened = open_loggers(plan.run_dir, config, resumed_at=resumed_at, num_envs=plan.num_envs,
-                          group=seed_group(plan.run_dir.name, config)) if primary else []  # fmt: skip
+    opened = open_loggers(plan.run.run_dir, config, resumed_at=resumed_at, num_envs=plan.num_envs,
+                          group=seed_group(plan.run.run_dir.name, config)) if primary else []  # fmt: skip
     loggers = FanOut(opened)
     extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)
 
@@ -237,18 +237,18 @@ def _run_logged(
         loggers.close()
     failure = lost if lost is not None else console.failure
     if outcome is not None:
-        outcome.ended(plan.run_dir, result, stop.reason, failure, aborted)
+        outcome.ended(plan.run.run_dir, result, stop.reason, failure, aborted)
     if aborted:
-        latest = latest_checkpoint(plan.run_dir)
+        latest = latest_checkpoint(plan.run.run_dir)
         return final_line(
             f"stopped at once ({stop.abort_cause}): no final checkpoint, the last one is "
-            f"{latest or 'none'}; run folder {plan.run_dir}",
+            f"{latest or 'none'}; run folder {plan.run.run_dir}",
             sys.stderr,
             128 + (stop.abort_signal or signal.SIGINT),
         )
     if failure is not None:
         return final_line(f"error: {failure.line()}", sys.stderr, EXIT_FAILED)
-    return final_line(f"done: {summary(result, stop.reason)}; run folder {plan.run_dir}", sys.stdout, 0)
+    return final_line(f"done: {summary(result, stop.reason)}; run folder {plan.run.run_dir}", sys.stdout, 0)
 
 
 def _saved_config(run_dir: Path) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from fastsac_async.config import AsyncOptions
 from fastsac_async.hosts import HostGroup
+from fastsac_async.spec import TrainingRun
 from fastsac_core.config import FastSACConfig
-from fastsac_core.env import EnvDims, EnvFactory
 from fastsac_topology import TrainerTopology
 
 __all__ = ["RunPlan", "checkpoint_dir", "checkpoint_path"]
@@ -20,14 +20,19 @@ __all__ = ["RunPlan", "checkpoint_dir", "checkpoint_path"]
 
 @dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """Everything a trainer needs to run, already validated."""
+    """Everything a trainer needs to run, already validated.
+
+    The library records are held as resolved, never copied field by field: what both trainers read
+    of the run (task, seed, budget, cadence, folder) is ``run``, which the async trainer hands to
+    the engine as it is; the agent, the async options, the topology and the hosts are their own
+    records. The fields left are the app's own settings.
+    """
 
     task_name: str
     """Task name (``humanoid``)."""
-    env_factory: EnvFactory
-    """Picklable ``(num_envs, seed) -> BatchedEnv``."""
-    dims: EnvDims
-    """Dimensions and bounds probed from one env."""
+    run: TrainingRun
+    """The env factory and dims, seed, iterations, time limit, logging and save intervals, run folder
+    and checkpoint to resume (``fastsac_async.TrainingRun``)."""
     num_envs: int
     """Envs per iteration (all collectors together)."""
     agent: FastSACConfig
@@ -38,24 +43,10 @@ class RunPlan:
     """Which trainer runs."""
     device: str
     """Resolved trainer device: ``cpu`` or ``cuda:N``."""
-    seed: int
-    """Base seed."""
-    num_iterations: int
-    """Iterations (full env batches) to train for, counted from zero (a resumed run continues)."""
-    time_limit_s: float | None
-    """Wall-clock budget of training in seconds (None: none)."""
-    logging_interval: int
-    """Iterations between reports."""
-    save_interval: int
-    """Iterations between checkpoints."""
     stop_grace_s: float = 5.0
     """After a stop signal, the longest wait for a clean stop; then the run stops at once."""
     checkpoint_signal: str | None = None
     """Name of a signal that stops the run with a final checkpoint, like SIGTERM (``SIGUSR1``)."""
-    run_dir: Path
-    """The run folder (``runs/<run>``), already created."""
-    resume_from: Path | None = None
-    """Checkpoint file to continue from."""
     topology: TrainerTopology | None = None
     """Placement of the asynchronous trainer, resolved once before anything spawns (None: resolve
     on demand; the synchronous trainer ignores it)."""

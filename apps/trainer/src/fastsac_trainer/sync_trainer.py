@@ -10,8 +10,8 @@ metrics, with no concurrency. One iteration:
    terminated and truncated flags (the buffer derives next obs from the next slot);
 4. once learning has started, ``agent.update(num_updates)``.
 
-Seeds: envs use ``plan.seed`` (like collector 0 of the async trainer), torch/numpy/python use
-``plan.seed + 1000`` (like learner rank 0). A resumed run restores the agent, its RNG states
+Seeds: envs use ``plan.run.seed`` (like collector 0 of the async trainer), torch/numpy/python use
+``plan.run.seed + 1000`` (like learner rank 0). A resumed run restores the agent, its RNG states
 and the iteration counter, and resets the envs (the replay buffer restarts empty).
 """
 
@@ -99,15 +99,15 @@ def _choose_actions(env: BatchedEnv, agent: FastSACAgent, obs: np.ndarray, explo
 
 
 def _resume(plan: RunPlan, agent: FastSACAgent) -> tuple[int, float]:
-    """Load ``plan.resume_from`` into ``agent``; return (iteration, elapsed_s) it was saved at."""
-    assert plan.resume_from is not None
-    extra = load_checkpoint(plan.resume_from, agent)
+    """Load ``plan.run.resume_from`` into ``agent``; return (iteration, elapsed_s) it was saved at."""
+    assert plan.run.resume_from is not None
+    extra = load_checkpoint(plan.run.resume_from, agent)
     if "iteration" not in extra:
         raise CheckpointError(
-            f"checkpoint {str(plan.resume_from)!r} has no trainer counters (extra={sorted(extra)});"
+            f"checkpoint {str(plan.run.resume_from)!r} has no trainer counters (extra={sorted(extra)});"
             " resume from a checkpoint written by the trainer"
         )
-    log.info("resumed from %s at iteration %d", plan.resume_from, extra["iteration"])
+    log.info("resumed from %s at iteration %d", plan.run.resume_from, extra["iteration"])
     return int(extra["iteration"]), float(extra.get("elapsed_s", 0.0))
 
 
@@ -142,7 +142,7 @@ def _snapshot(
     return Snapshot(
         iteration=iteration,
         env_steps=iteration * plan.num_envs,
-        total_env_steps=plan.num_iterations * plan.num_envs,
+        total_env_steps=plan.run.num_iterations * plan.num_envs,
         elapsed_s=elapsed_s,
         scalars=scalars,
         timing={"sync": stage_ms},
@@ -155,8 +155,8 @@ def run_sync(
 ) -> SyncResult:
     """Train ``plan`` with the synchronous loop until its budget, time limit or ``should_stop()``.
 
-    Reports a :class:`Snapshot` every ``plan.logging_interval`` iterations (and once at the end),
-    checkpoints every ``plan.save_interval`` iterations and always at the end.
+    Reports a :class:`Snapshot` every ``plan.run.logging_interval`` iterations (and once at the end),
+    checkpoints every ``plan.run.save_interval`` iterations and always at the end.
 
     Args:
         plan: The resolved run.
@@ -166,15 +166,15 @@ def run_sync(
     Returns:
         Counters and the last checkpoint of the run.
     """
-    cfg = plan.agent
-    _seed_everything(plan.seed + 1000)
-    buffer = ReplayBuffer.of(plan.dims, cfg, plan.num_envs, device=plan.device)
-    agent = FastSACAgent(plan.dims, cfg, plan.device, buffer=buffer)
-    iteration, elapsed_before = _resume(plan, agent) if plan.resume_from is not None else (0, 0.0)
-    last_checkpoint = plan.resume_from
+    cfg, run = plan.agent, plan.run
+    _seed_everything(run.seed + 1000)
+    buffer = ReplayBuffer.of(run.dims, cfg, plan.num_envs, device=plan.device)
+    agent = FastSACAgent(run.dims, cfg, plan.device, buffer=buffer)
+    iteration, elapsed_before = _resume(plan, agent) if run.resume_from is not None else (0, 0.0)
+    last_checkpoint = run.resume_from
     cuda = agent.device.type == "cuda"
 
-    env = plan.env_factory(plan.num_envs, plan.seed)
+    env = run.env_factory(plan.num_envs, run.seed)
     episodes = EpisodeStats(100)
     stop_reason: StopReason = "completed"
     try:
@@ -186,12 +186,12 @@ def run_sync(
         start = time.perf_counter()
         interval = _Interval()
         last_reported = last_saved = iteration
-        log.info("sync training %s from iteration %d to %d", plan.task_name, iteration, plan.num_iterations)
-        while iteration < plan.num_iterations:
+        log.info("sync training %s from iteration %d to %d", plan.task_name, iteration, run.num_iterations)
+        while iteration < run.num_iterations:
             if should_stop():
                 stop_reason = "stop_requested"
                 break
-            if plan.time_limit_s is not None and time.perf_counter() - start >= plan.time_limit_s:
+            if run.time_limit_s is not None and time.perf_counter() - start >= run.time_limit_s:
                 stop_reason = "time_limit"
                 break
 
@@ -221,11 +221,11 @@ def run_sync(
                 interval.stage_s[name] += seconds
             interval.iterations += 1
 
-            if iteration % plan.logging_interval == 0:
+            if iteration % run.logging_interval == 0:
                 elapsed = elapsed_before + time.perf_counter() - start
                 reporter.report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
                 interval, last_reported = _Interval(), iteration
-            if iteration % plan.save_interval == 0:
+            if iteration % run.save_interval == 0:
                 last_checkpoint = _save(plan, agent, iteration, elapsed_before + time.perf_counter() - start)
                 reporter.checkpoint_saved(last_checkpoint)
                 last_saved = iteration
@@ -257,4 +257,4 @@ def _save(plan: RunPlan, agent: FastSACAgent, iteration: int, elapsed_s: float) 
         "task": plan.task_name,
         "trainer": "sync",
     }
-    return save_checkpoint(checkpoint_path(plan.run_dir, iteration), agent, extra=extra)
+    return save_checkpoint(checkpoint_path(plan.run.run_dir, iteration), agent, extra=extra)

@@ -32,7 +32,7 @@ from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.learner.process import run_learner
 from fastsac_async.parent.engine import AsyncEngine, EngineResult, EngineStats, StopReason, run_engine
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
-from fastsac_async.spec import EngineSpec
+from fastsac_async.spec import EngineSpec, TrainingRun
 from fastsac_async.stats import (
     CollectorSnapshot,
     CollectorSummary,
@@ -48,6 +48,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "EngineResult",
     "StopReason",
     "EngineSpec",
+    "TrainingRun",
     "EngineStats",
     "HostGroup",
     "run_engine",

@@ -80,12 +80,12 @@ def learner_rank(spec: EngineSpec, local_rank: int) -> int:
 def collector_seed(spec: EngineSpec, index: int) -> int:
     """Seed of local collector ``index``: ``seed + i`` for the run-wide collector index ``i``."""
     offset = 0 if spec.hosts is None else spec.hosts.collector_offset(spec.num_collectors)
-    return spec.seed + offset + index
+    return spec.run.seed + offset + index
 
 
 def learner_seed(spec: EngineSpec, local_rank: int) -> int:
     """Seed of local learner ``local_rank``: ``seed + 1000 + r`` for its global rank ``r``."""
-    return spec.seed + 1000 + learner_rank(spec, local_rank)
+    return spec.run.seed + 1000 + learner_rank(spec, local_rank)
 
 
 def learner_world(spec: EngineSpec) -> int:

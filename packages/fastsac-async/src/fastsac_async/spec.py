@@ -14,6 +14,7 @@ from shm_transport import FieldSpec, RingLayout
 
 __all__ = [
     "EngineSpec",
+    "TrainingRun",
     "checkpoint_file",
     "collector_name",
     "learner_name",
@@ -24,41 +25,57 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class EngineSpec:
-    """A resolved asynchronous run (the app builds it from its RunPlan and the topology)."""
+class TrainingRun:
+    """What both trainers read of a run besides the agent and the placement.
 
-    topology: TrainerTopology
-    """Placement of every learner and collector, and their transports."""
+    The task, the seed, the budget, the cadence and the folder: the app builds it once from its
+    config, and its plan and the engine's spec hold it as it is.
+    """
+
     env_factory: EnvFactory
     """Picklable ``(num_envs, seed) -> BatchedEnv``."""
     dims: EnvDims
-    """Task dimensions and action bounds."""
+    """Task dimensions and action bounds, probed from one env."""
+    seed: int
+    """Base seed (collector i uses seed + i, learner r seed + 1000 + r)."""
+    num_iterations: int
+    """Iterations (full env batches) of the run, counted from zero (a resumed run continues)."""
+    time_limit_s: float | None = None
+    """Wall-clock budget of training in seconds (None: none)."""
+    logging_interval: int
+    """Iterations between reports (stats snapshots)."""
+    save_interval: int
+    """Iterations between checkpoints (0: only the final one)."""
+    run_dir: Path
+    """The run folder (``runs/<run>``), already created."""
+    resume_from: Path | None = None
+    """Checkpoint to continue from."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """A resolved asynchronous run (the app builds it from its RunPlan).
+
+    It holds the resolved records as they are (run, agent, options, topology, hosts), never copies of
+    their fields, and adds only the engine's own settings (timeouts, learner threads).
+    """
+
+    run: TrainingRun
+    """Task, seed, budget, cadence and folder."""
     agent: FastSACConfig
     """FastSAC hyper-parameters."""
     options: AsyncOptions
     """Asynchronous options."""
-    seed: int
-    """Base seed (collector i uses seed + i, learner r seed + 1000 + r)."""
-    num_iterations: int
-    """Iterations (full env batches) of the run, counted from zero."""
-    logging_interval: int
-    """Iterations between stats snapshots."""
-    save_interval: int
-    """Iterations between checkpoints (0: only the final one)."""
-    run_dir: Path
-    """The run folder."""
-    resume_from: Path | None = None
-    """Checkpoint to continue from."""
-    time_limit_s: float | None = None
-    """Wall-clock budget of training (None: none)."""
+    topology: TrainerTopology
+    """Placement of every learner and collector, and their transports."""
+    hosts: HostGroup | None = None
+    """This host's place in a run across hosts (None: the run is this host; Note [learners across
+    hosts] in ``fastsac_async.hosts``)."""
     rendezvous_timeout_s: float = 120.0
     """Longest wait for the learners' process group to form, and for any one collective among them
     (torch.distributed's timeout: a rank left waiting longer fails the run)."""
     shutdown_timeout_s: float = 30.0
     """Budget of the graceful part of the shutdown (then stack dumps and SIGKILL for what is left)."""
-    hosts: HostGroup | None = None
-    """This host's place in a run across hosts (None: the run is this host; Note [learners across
-    hosts] in ``fastsac_async.hosts``)."""
     learner_threads: int | None = None
     """torch intra-op threads of a learner process; None: 1 for a CUDA learner (more only add host
     overhead to a launch-bound update: wiki/benchmarks.md, Learner), else its pinned CPUs (2 unpinned)."""

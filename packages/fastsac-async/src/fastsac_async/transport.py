@@ -161,7 +161,7 @@ def offer_transports(
 
     A host ring and host weight slots always exist (the fallback of CUDA IPC: Note [transport by name]).
     """
-    dims = spec.dims
+    dims = spec.run.dims
     numel = sum(p.numel() for p in build_actor(dims, spec.agent).parameters())
     rings: dict[int, RingOffer] = {}
     weights: dict[int, WeightOffer] = {}

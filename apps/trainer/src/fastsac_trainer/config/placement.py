@@ -29,11 +29,6 @@ class PlacedRun(Protocol):
         ...
 
     @property
-    def dims(self) -> EnvDims:
-        """Task dimensions (the actor's size)."""
-        ...
-
-    @property
     def agent(self) -> FastSACConfig:
         """FastSAC hyper-parameters (batch size, actor width)."""
         ...
@@ -55,8 +50,11 @@ def actor_param_bytes(dims: EnvDims, agent: FastSACConfig) -> int:
     return 4 * sum(p.numel() for p in actor.parameters())
 
 
-def resolve_placement(run: PlacedRun, cuda_count: int) -> TrainerTopology:
+def resolve_placement(run: PlacedRun, dims: EnvDims, cuda_count: int) -> TrainerTopology:
     """Topology's plan for ``run`` on this host (the one place the app resolves it).
+
+    ``dims`` are the task's (``ResolvedRun.dims``, ``RunPlan.run.dims``): they size the actor for the
+    weight-IPC gate.
 
     Raises:
         TrainerAppError: The layout is impossible on this host (topology's own message).
@@ -76,7 +74,7 @@ def resolve_placement(run: PlacedRun, cuda_count: int) -> TrainerTopology:
             transition_ipc=options.transition_ipc,
             weight_ipc=options.weight_ipc,
             weight_ipc_min_bytes=options.weight_ipc_min_bytes,
-            actor_param_bytes=actor_param_bytes(run.dims, run.agent),
+            actor_param_bytes=actor_param_bytes(dims, run.agent),
             host=host_layout(with_gpus=cuda_count > 0),
         )
     except TopologyError as error:

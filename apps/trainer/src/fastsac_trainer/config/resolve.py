@@ -12,7 +12,9 @@ from typing import Any
 
 from fastsac_async import AsyncConfigError
 from fastsac_async.config import AsyncOptions
+from fastsac_async.hosts import HostGroup
 from fastsac_async.learner.profiler import profile_iterations
+from fastsac_async.spec import TrainingRun
 from fastsac_core.config import FastSACConfig
 from fastsac_core.env import EnvDims, EnvFactory
 from fastsac_topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
@@ -73,29 +75,41 @@ class ResolvedRun:
         return bool(self.config["algo"]["trainer"]["asynchronous"])
 
     def plan(
-        self, run_dir: Path, resume_from: Path | None, topology: TrainerTopology | None = None
+        self,
+        run_dir: Path,
+        resume_from: Path | None,
+        topology: TrainerTopology | None = None,
+        hosts: HostGroup | None = None,
     ) -> RunPlan:
-        """The :class:`RunPlan` of this run, writing into ``run_dir``, placed by ``topology``."""
+        """The :class:`RunPlan` of this run, writing into ``run_dir``, placed by ``topology``.
+
+        The one place the trainer's settings leave the config: the plan holds this run's records
+        (agent, options) as they are and builds the :class:`~fastsac_async.TrainingRun` both
+        trainers read.
+        """
         trainer = self.config["algo"]["trainer"]
         return RunPlan(
             task_name=self.task_name,
-            env_factory=self.env_factory,
-            dims=self.dims,
+            run=TrainingRun(
+                env_factory=self.env_factory,
+                dims=self.dims,
+                seed=self.config["seed"],
+                num_iterations=trainer["num_learning_iterations"],
+                time_limit_s=trainer["time_limit_s"],
+                logging_interval=trainer["logging_interval"],
+                save_interval=trainer["save_interval"],
+                run_dir=run_dir,
+                resume_from=resume_from,
+            ),
             num_envs=self.num_envs,
             agent=self.agent,
             async_options=self.async_options,
             asynchronous=self.asynchronous,
             device=self.device,
-            seed=self.config["seed"],
-            num_iterations=trainer["num_learning_iterations"],
-            time_limit_s=trainer["time_limit_s"],
-            logging_interval=trainer["logging_interval"],
-            save_interval=trainer["save_interval"],
             stop_grace_s=trainer["stop_grace_s"],
             checkpoint_signal=trainer["checkpoint_signal"],
-            run_dir=run_dir,
-            resume_from=resume_from,
             topology=topology,
+            hosts=hosts,
         )
 
 

@@ -32,13 +32,13 @@ def collector_settings(spec: EngineSpec, index: int) -> CollectorSettings:
     """The loop knobs of collector ``index`` under ``spec``."""
     return CollectorSettings(
         index=index,
-        budget=spec.num_iterations,
+        budget=spec.run.num_iterations,
         learning_starts=spec.agent.learning_starts,
-        resume=spec.resume_from is not None,
+        resume=spec.run.resume_from is not None,
         weight_poll_interval=max(1, spec.options.weight_poll_interval),
         idle_sleep_s=spec.options.idle_sleep_s,
         spin_s=spec.options.collector_spin_s,
-        stats_interval=max(1, spec.logging_interval),
+        stats_interval=max(1, spec.run.logging_interval),
     )
 
 
@@ -65,7 +65,7 @@ def run_collector(
         contextlib.ExitStack() as cleanup,
         reporting_failure(control, control.collector_slot(index), run_dir, name),
     ):  # fmt: skip
-        env = spec.env_factory(place.env_stop - place.env_start, collector_seed(spec, index))
+        env = spec.run.env_factory(place.env_stop - place.env_start, collector_seed(spec, index))
         cleanup.callback(env.close)
         boot.mark(f"env shard of {env.num_envs} envs built")
         # Build and warm up (compile) the policy while the learner builds its agent: it needs only
@@ -116,9 +116,9 @@ def _warmed_up_policy(spec: EngineSpec, index: int, num_envs: int, boot: BootTim
         torch.cuda.set_device(device)
     compiled = cuda and spec.options.collector_compile
     policy = InferencePolicy(
-        spec.dims, spec.agent, device=device, compile=compiled, amp=cuda and spec.options.collector_amp
+        spec.run.dims, spec.agent, device=device, compile=compiled, amp=cuda and spec.options.collector_amp
     )
     for _ in range(2):  # warm-up: first calls compile / allocate
-        policy(torch.zeros(num_envs, spec.dims.obs_dim))
+        policy(torch.zeros(num_envs, spec.run.dims.obs_dim))
     boot.mark(f"policy on {device} built and warmed up (compiled: {compiled})")
     return policy

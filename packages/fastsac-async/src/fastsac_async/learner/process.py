@@ -52,7 +52,7 @@ def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Co
     else:
         dist.init_process_group(
             backend,
-            init_method=f"file://{rendezvous_file(spec.run_dir)}",
+            init_method=f"file://{rendezvous_file(spec.run.run_dir)}",
             rank=rank,
             world_size=spec.num_learners,
             timeout=datetime.timedelta(seconds=spec.rendezvous_timeout_s),
@@ -145,13 +145,13 @@ def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAg
     own = spec.topology.collectors_of(rank)
     widths = [c.env_stop - c.env_start for c in own]
     blocks = widths if spec.options.ingest == "ragged" else None
-    buffer = ReplayBuffer.of(spec.dims, spec.agent, sum(widths), device=device, blocks=blocks)
-    agent = FastSACAgent(spec.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec))
-    if spec.resume_from is None:
+    buffer = ReplayBuffer.of(spec.run.dims, spec.agent, sum(widths), device=device, blocks=blocks)
+    agent = FastSACAgent(spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec))
+    if spec.run.resume_from is None:
         return agent, 0, 0
     # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
     # indices and noise on every rank. The others keep their own seeds.
-    extra = load_checkpoint(spec.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
+    extra = load_checkpoint(spec.run.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
     return agent, int(extra.get("iteration", 0)), int(extra.get("updates", 0))
 
 
@@ -167,7 +167,7 @@ def _learner(
 ) -> Learner:
     """Rank ``rank``'s loop over its opened ends, wired to the shared counters and the stats queue."""
     indices = [c.index for c in spec.topology.collectors_of(rank)]
-    budget = spec.num_iterations
+    budget = spec.run.num_iterations
     return Learner(
         rank=rank,
         agent=agent,
@@ -187,8 +187,8 @@ def _learner(
             weight_publish_interval=spec.options.weight_publish_interval,
             max_ingest_per_iter=spec.options.max_ingest_per_iter,
             idle_sleep_s=spec.options.idle_sleep_s,
-            logging_interval=spec.logging_interval,
-            save_interval=spec.save_interval,
+            logging_interval=spec.run.logging_interval,
+            save_interval=spec.run.save_interval,
             ragged_ingest=spec.options.ingest == "ragged",
             compile_cpus=compile_cpus(spec, rank),
         ),
@@ -200,7 +200,7 @@ def _learner(
             on_progress=lambda g, u: control.set_progress(global_step=g, updates=u),
             on_snapshot=lambda snap: offer(stats_queue, snap),
             # Only the run's rank 0 writes checkpoints (another host's local rank 0 does not).
-            checkpoint_path=(lambda g: checkpoint_file(spec.run_dir, g))
+            checkpoint_path=(lambda g: checkpoint_file(spec.run.run_dir, g))
             if learner_rank(spec, rank) == 0
             else None,
             checkpoint_extra=lambda g: {"collector_steps": control.all_collector_steps()},

@@ -94,16 +94,16 @@ class AsyncEngine:
             RunAborted: ``should_abort()`` turned true (the run was stopped and cleaned up).
         """
         spec = self.spec
-        sup = Supervisor(spec.run_dir)
+        sup = Supervisor(spec.run.run_dir)
         ctx = sup.context
         control = Control(spec.num_collectors, spec.num_learners)
-        if spec.resume_from is not None:
+        if spec.run.resume_from is not None:
             # Every collector restarts at the checkpoint's global step, whatever its own count was
             # (a stop leaves them uneven): generations pair the k-th slot of every ring, so the rings
             # must start level, or the surplus of the collectors that were behind never forms a
             # generation and the run never finishes. The replay is not in the checkpoint: nothing
             # is lost, and the learners owe nothing for earlier gsteps.
-            gstep = int(peek_checkpoint(spec.resume_from)["extra"].get("iteration", 0))
+            gstep = int(peek_checkpoint(spec.run.resume_from)["extra"].get("iteration", 0))
             control.resume_collector_steps([gstep] * spec.num_collectors)
         # A parent killed during an earlier run's boot left its segments named: sweep those whose
         # creator is dead (never a live process's).
@@ -113,7 +113,7 @@ class AsyncEngine:
         segments = Segments()
         # A run killed before its learners joined leaves their file rendezvous behind; a new group
         # would read the dead one's entries from it and hang or fail.
-        rendezvous_file(spec.run_dir).unlink(missing_ok=True)
+        rendezvous_file(spec.run.run_dir).unlink(missing_ok=True)
         workers = self._learners + self._collectors
         janitor = Janitor.start(default_prefix())  # cleans up if this process dies: Note [janitor]
         with janitor.semaphores_made():  # the queues' and the handshake's, for the janitor
@@ -169,7 +169,7 @@ class AsyncEngine:
                     hurry=should_abort,
                 )
                 if any(name in self._learners for name in killed):  # maybe in the middle of a save
-                    for tmp in discard_partial_checkpoints(checkpoint_file(spec.run_dir, 0).parent):
+                    for tmp in discard_partial_checkpoints(checkpoint_file(spec.run.run_dir, 0).parent):
                         _log.info("removed %s (a checkpoint its killed writer did not finish)", tmp)
 
             def close_queues() -> None:

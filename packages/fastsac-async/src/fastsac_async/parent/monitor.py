@@ -173,7 +173,7 @@ class RunWatch:
             raise
         except TimeoutError as exc:  # HandshakeTimeout
             raise BootTimeoutError(
-                sup.alive(), self.spec.options.boot_timeout_s, self.spec.run_dir / "logs"
+                sup.alive(), self.spec.options.boot_timeout_s, self.spec.run.run_dir / "logs"
             ) from exc
         handshake.release()
         for name in sup.names:
@@ -236,12 +236,12 @@ class RunWatch:
             forward()
             if all(control.learner_done(r) for r in range(spec.num_learners)):
                 # Done, final checkpoint included: an abort from here on only hurries the shutdown.
-                last_checkpoint = final_checkpoint(spec.run_dir, control, reported, forward, should_abort)
+                last_checkpoint = final_checkpoint(spec.run.run_dir, control, reported, forward, should_abort)
                 break
             if should_abort():
                 _log.warning("stopping at once: no final checkpoint")
                 raise RunAborted(f"stopped at once at global step {control.global_step}: no final checkpoint")
-            over_time = spec.time_limit_s is not None and time.monotonic() - start > spec.time_limit_s
+            over_time = spec.run.time_limit_s is not None and time.monotonic() - start > spec.run.time_limit_s
             if not control.stop_requested and (over_time or should_stop()):
                 stop_reason = "time_limit" if over_time else "stop_requested"
                 _log.info("%s; learners finish with a checkpoint", stop_reason.replace("_", " "))
