@@ -67,6 +67,11 @@ def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
             "error: algo.trainer.checkpoint_signal='USR1' is invalid: use SIGUSR1, SIGUSR2 or null",
         ),
         (["task=pendulum", f"{OPTS}.transition_ipc=sometimes"], f"error: {OPTS}.transition_ipc='sometimes'"),
+        (
+            ["task=pendulum", f"{OPTS}.num_learners=2", f"{OPTS}.learner_devices=[cpu]"],
+            f"error: {OPTS}.learner_devices=['cpu'] is invalid: it has 1 entries but num_learners=2; "
+            "give one device per learner",
+        ),
         (["task=pendulum", "algo.trainer.save_interval=0"], "error: algo.trainer.save_interval=0 is invalid"),
         (["task=pendulum", "algo.agent.batch_size=big"], "error: algo.agent.batch_size='big' is invalid"),
         (["task=pendulum", "algo.agent.no_such_key=1"], "error: algo.agent.no_such_key is not a setting"),

@@ -131,6 +131,40 @@ def test_cuda_without_cuda_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
+    ("devices", "learners", "value", "fix"),
+    [
+        ("[cuda:0]", 2, ["cuda:0"], "it has 1 entries but num_learners=2; give one device per learner"),
+        ("[cpu,tpu]", 2, "tpu", "it is not a device; use 'cpu', 'cuda' or 'cuda:N'"),
+        ("[cuda:0,cuda:3]", 2, "cuda:3", "it names a missing device: this host has 2 CUDA device(s)"),
+        (
+            "[cuda:1,cuda:1]",
+            2,
+            ["cuda:1", "cuda:1"],
+            "it repeats cuda:1; give every CUDA learner its own GPU",
+        ),
+        ("[cpu,cuda:0]", 2, ["cpu", "cuda:0"], "it mixes CPU and CUDA learners; use all 'cpu'"),
+    ],
+)
+def test_learner_devices_are_checked_by_topology_and_worded_with_the_key_path(
+    devices: str, learners: int, value: object, fix: str
+) -> None:
+    """A bad learner_devices list: topology's rule, one ConfigError with the key path, value and fix."""
+    cfg = _cfg("task=pendulum", "task.num_envs=8", f"{OPTS}.num_collectors=2",
+               f"{OPTS}.num_learners={learners}", f"{OPTS}.learner_devices={devices}")  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg, cuda_count=2)
+    assert (info.value.setting, info.value.value) == (f"{OPTS}.learner_devices", value)
+    assert str(info.value).startswith(f"{OPTS}.learner_devices={value!r} is invalid: {fix}")
+
+
+def test_several_cpu_learners_may_be_listed() -> None:
+    """learner_devices=[cpu, cpu] is valid, as is its expansion from device=cpu (gloo ranks)."""
+    cfg = _cfg("task=pendulum", "task.num_envs=8", f"{OPTS}.num_collectors=2", f"{OPTS}.num_learners=2",
+               f"{OPTS}.learner_devices=[cpu,cpu]")  # fmt: skip
+    validate_config(cfg, cuda_count=0)
+
+
+@pytest.mark.parametrize(
     ("spec", "count", "expected"),
     [
         ("auto", 0, "cpu"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fastsac_topology import TopologyError
+from fastsac_topology import TopologyError, check_learner_devices
 
 Resolve = Callable[..., Any]
 
@@ -95,15 +95,23 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"trainer_device": "mps"}, "trainer_device='mps' is not a device; use 'cpu', 'cuda' or 'cuda:N'"),
-        ({"trainer_device": "cuda:x", "num_cuda_devices": 1}, "trainer_device='cuda:x' is not a device"),
+        (
+            {"trainer_device": "mps"},
+            "trainer_device='mps' is invalid: it is not a device; use 'cpu', 'cuda' or 'cuda:N'",
+        ),
+        (
+            {"trainer_device": "cuda:x", "num_cuda_devices": 1},
+            "trainer_device='cuda:x' is invalid: it is not a device",
+        ),
         (
             {"trainer_device": "cuda:2", "num_cuda_devices": 2},
-            "trainer_device='cuda:2' names a missing device: this host has 2 CUDA device(s) (cuda:0..cuda:1)",
+            "trainer_device='cuda:2' is invalid: it names a missing device: "
+            "this host has 2 CUDA device(s) (cuda:0..cuda:1)",
         ),
         (
             {"trainer_device": "cuda"},
-            "trainer_device='cuda' names a missing device: this host has 0 CUDA device(s) (none)",
+            "trainer_device='cuda' is invalid: it names a missing device: "
+            "this host has 0 CUDA device(s) (none)",
         ),
         (
             {"trainer_device": "cuda:1", "num_cuda_devices": 2, "num_learners": 2, "num_collectors": 2},
@@ -113,7 +121,7 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
         ),
         (
             {"learner_devices": ["cuda:0"], "num_cuda_devices": 2, "num_learners": 2, "num_collectors": 2},
-            "learner_devices=['cuda:0'] has 1 entries but num_learners=2",
+            "learner_devices=['cuda:0'] is invalid: it has 1 entries but num_learners=2",
         ),
         (
             {
@@ -122,7 +130,8 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
                 "num_learners": 2,
                 "num_collectors": 2,
             },
-            "learner_devices=['cuda:1', 'cuda:1'] repeats cuda:1; give every CUDA learner its own GPU",
+            "learner_devices=['cuda:1', 'cuda:1'] is invalid: it repeats cuda:1; "
+            "give every CUDA learner its own GPU",
         ),
         (
             {
@@ -140,7 +149,7 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
                 "num_learners": 2,
                 "num_collectors": 2,
             },
-            "learner_devices=['cpu', 'cuda:0'] mixes CPU and CUDA learners; "
+            "learner_devices=['cpu', 'cuda:0'] is invalid: it mixes CPU and CUDA learners; "
             "use all 'cpu' or all CUDA devices",
         ),
         (
@@ -150,7 +159,7 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
                 "num_learners": 2,
                 "num_collectors": 2,
             },
-            "learner_devices='cuda:3' names a missing device",
+            "learner_devices='cuda:3' is invalid: it names a missing device",
         ),
         (
             {"collector_inference_device": "cuda", "num_cuda_devices": 1},
@@ -162,9 +171,12 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
         ),
         (
             {"collector_inference_device": "cuda:5", "num_cuda_devices": 2},
-            "collector_inference_device='cuda:5' names a missing device",
+            "collector_inference_device='cuda:5' is invalid: it names a missing device",
         ),
-        ({"collector_inference_device": "gpu"}, "collector_inference_device='gpu' is not a device"),
+        (
+            {"collector_inference_device": "gpu"},
+            "collector_inference_device='gpu' is invalid: it is not a device",
+        ),
     ],
 )
 def test_bad_devices(resolve: Resolve, overrides: dict[str, Any], message: str) -> None:
@@ -237,4 +249,34 @@ def test_unbound_learners_do_not_fit(resolve: Resolve, host: Callable[..., Any])
         num_learners=2,
         num_collectors=2,
         cpus_per_collector=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("specs", "value"),
+    [
+        (["cpu"], ["cpu"]),  # one entry for two learners
+        (["cpu", "tpu"], "tpu"),
+        (["cuda:0", "cuda:9"], "cuda:9"),
+        (["cuda:0", "cuda:0"], ["cuda:0", "cuda:0"]),
+        (["cpu", "cuda:0"], ["cpu", "cuda:0"]),
+    ],
+)
+def test_a_learner_device_error_names_the_setting_the_value_and_the_fix(
+    specs: list[str], value: object
+) -> None:
+    """check_learner_devices: setting, value seen and fix as attributes, and the message made of them."""
+    with pytest.raises(TopologyError) as caught:
+        check_learner_devices(specs, num_learners=2, num_cuda_devices=2)
+    error = caught.value
+    assert (error.setting, error.value) == ("learner_devices", value)
+    assert str(error) == f"learner_devices={value!r} is invalid: {error.fix}"
+
+
+def test_several_cpu_learners_are_allowed_and_cuda_means_cuda_0() -> None:
+    """Two CPU learners are valid (gloo ranks); 'CUDA' normalises to cuda:0."""
+    assert check_learner_devices(["cpu", "cpu"], num_learners=2, num_cuda_devices=0) == ("cpu", "cpu")
+    assert check_learner_devices(["CUDA", "cuda:1"], num_learners=2, num_cuda_devices=2) == (
+        "cuda:0",
+        "cuda:1",
     )

@@ -4,7 +4,7 @@ No processes and no I/O: the host layout comes in as data (``numa_bind.HostLayou
 """
 
 from fastsac_topology._counts import check_counts, format_choices
-from fastsac_topology._devices import expand_learner_devices
+from fastsac_topology._devices import check_learner_devices, expand_learner_devices
 from fastsac_topology._plan import CollectorPlacement, LearnerPlacement, TrainerTopology, Transport
 from fastsac_topology._resolve import resolve_trainer_topology
 from fastsac_topology._sizing import AUTO, CollectorSizing, size_collectors
@@ -16,6 +16,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "IpcMode",
     "check_counts",
     "format_choices",
+    "check_learner_devices",
     "expand_learner_devices",
     "resolve_trainer_topology",
     # automatic collector sizing

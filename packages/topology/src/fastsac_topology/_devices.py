@@ -1,4 +1,9 @@
-"""Device specs: the learner device list and each collector's inference device."""
+"""Device specs: the learner device list and each collector's inference device.
+
+The one home of the device rules: an app checks its ``learner_devices`` with
+:func:`check_learner_devices` and words the error with its key path (``TopologyError.setting``,
+``value``, ``fix``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from collections.abc import Sequence
 
 from fastsac_topology.exceptions import TopologyError
 
-__all__ = ["cuda_index", "expand_learner_devices", "inference_device"]
+__all__ = ["check_learner_devices", "cuda_index", "expand_learner_devices", "inference_device"]
 
 
 def cuda_index(device: str) -> int | None:
@@ -23,15 +28,52 @@ def _normalise(setting: str, spec: str, num_cuda_devices: int) -> str:
         text = "cuda:0"
     head, _, tail = text.partition(":")
     if head != "cuda" or not tail.isdigit():
-        raise TopologyError(f"{setting}={spec!r} is not a device; use 'cpu', 'cuda' or 'cuda:N'")
+        raise TopologyError.of_setting(setting, spec, "it is not a device; use 'cpu', 'cuda' or 'cuda:N'")
     index = int(tail)
     if index >= num_cuda_devices:
         have = f"cuda:0..cuda:{num_cuda_devices - 1}" if num_cuda_devices else "none"
-        raise TopologyError(
-            f"{setting}={spec!r} names a missing device: this host has {num_cuda_devices} CUDA device(s) "
-            f"({have}); use one of them or 'cpu'"
+        raise TopologyError.of_setting(
+            setting,
+            spec,
+            f"it names a missing device: this host has {num_cuda_devices} CUDA device(s) ({have}); "
+            "use one of them or 'cpu'",
         )
     return f"cuda:{index}"
+
+
+def check_learner_devices(
+    specs: Sequence[str], *, num_learners: int, num_cuda_devices: int
+) -> tuple[str, ...]:
+    """The learner device list, normalised (``"cuda"`` is ``"cuda:0"``): the one home of its rules.
+
+    Several CPU learners are allowed (e.g. for gloo tests); CUDA learners each need their own GPU.
+
+    Raises:
+        TopologyError: A list whose length is not ``num_learners``, a malformed or missing device, a
+            CPU/CUDA mix, or a repeated CUDA device; ``setting`` is ``"learner_devices"``, ``value``
+            the list (or the one device at fault) and ``fix`` what to change.
+    """
+    listed = list(specs)
+    if len(listed) != num_learners:
+        raise TopologyError.of_setting(
+            "learner_devices",
+            listed,
+            f"it has {len(listed)} entries but num_learners={num_learners}; give one device per learner, "
+            "or leave learner_devices unset (null) to expand from trainer_device",
+        )
+    devices = tuple(_normalise("learner_devices", spec, num_cuda_devices) for spec in listed)
+    if len({device == "cpu" for device in devices}) > 1:
+        raise TopologyError.of_setting(
+            "learner_devices", listed, "it mixes CPU and CUDA learners; use all 'cpu' or all CUDA devices"
+        )
+    repeated = sorted({device for device in devices if device != "cpu" and devices.count(device) > 1})
+    if repeated:
+        raise TopologyError.of_setting(
+            "learner_devices",
+            listed,
+            f"it repeats {', '.join(repeated)}; give every CUDA learner its own GPU",
+        )
+    return devices
 
 
 def expand_learner_devices(
@@ -40,42 +82,26 @@ def expand_learner_devices(
     """The device of every learner rank.
 
     ``specs`` None expands from the trainer's device: ``cuda:k`` gives ``cuda:k .. cuda:k+n-1``,
-    ``cpu`` gives ``cpu`` for every rank (several CPU learners are allowed, e.g. for gloo tests).
+    ``cpu`` gives ``cpu`` for every rank (several CPU learners are allowed, e.g. for gloo tests);
+    a list is checked by :func:`check_learner_devices`.
 
     Raises:
         TopologyError: A malformed or missing device, a repeated CUDA device, a CPU/CUDA mix, or a
             list whose length is not ``num_learners``.
     """
-    if specs is None:
-        first = _normalise("trainer_device", trainer_device, num_cuda_devices)
-        start = cuda_index(first)
-        if start is None:
-            return ("cpu",) * num_learners
-        if start + num_learners > num_cuda_devices:
-            raise TopologyError(
-                f"num_learners={num_learners} from trainer_device={trainer_device!r} needs "
-                f"cuda:{start}..cuda:{start + num_learners - 1}, but this host has {num_cuda_devices} CUDA "
-                f"device(s); use num_learners <= {num_cuda_devices - start} or list learner_devices"
-            )
-        return tuple(f"cuda:{start + rank}" for rank in range(num_learners))
-    if len(specs) != num_learners:
+    if specs is not None:
+        return check_learner_devices(specs, num_learners=num_learners, num_cuda_devices=num_cuda_devices)
+    first = _normalise("trainer_device", trainer_device, num_cuda_devices)
+    start = cuda_index(first)
+    if start is None:
+        return ("cpu",) * num_learners
+    if start + num_learners > num_cuda_devices:
         raise TopologyError(
-            f"learner_devices={list(specs)} has {len(specs)} entries but num_learners={num_learners}; "
-            "give one device per learner, or leave learner_devices unset (null) to expand from trainer_device"
+            f"num_learners={num_learners} from trainer_device={trainer_device!r} needs "
+            f"cuda:{start}..cuda:{start + num_learners - 1}, but this host has {num_cuda_devices} CUDA "
+            f"device(s); use num_learners <= {num_cuda_devices - start} or list learner_devices"
         )
-    devices = tuple(_normalise("learner_devices", spec, num_cuda_devices) for spec in specs)
-    kinds = {device == "cpu" for device in devices}
-    if len(kinds) > 1:
-        raise TopologyError(
-            f"learner_devices={list(specs)} mixes CPU and CUDA learners; use all 'cpu' or all CUDA devices"
-        )
-    repeated = sorted({device for device in devices if device != "cpu" and devices.count(device) > 1})
-    if repeated:
-        raise TopologyError(
-            f"learner_devices={list(specs)} repeats {', '.join(repeated)}; "
-            "give every CUDA learner its own GPU"
-        )
-    return devices
+    return tuple(f"cuda:{start + rank}" for rank in range(num_learners))
 
 
 def inference_device(spec: str, owner_device: str, num_cuda_devices: int) -> str:

@@ -25,3 +25,14 @@ class TopologyError(ValueError):
         self.setting = setting
         self.value = value
         self.fix = fix
+
+    @classmethod
+    def of_setting(cls, setting: str, value: object, fix: str) -> TopologyError:
+        """The error of one setting, worded ``<setting>=<value> is invalid: <fix>``.
+
+        Args:
+            setting: The parameter at fault (``learner_devices``).
+            value: The value seen.
+            fix: What is wrong with it and what to do.
+        """
+        return cls(f"{setting}={value!r} is invalid: {fix}", setting=setting, value=value, fix=fix)

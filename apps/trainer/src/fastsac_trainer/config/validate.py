@@ -2,9 +2,10 @@
 
 Types are already checked by hydra against the schema. Each rule lives in one place: the app's
 own settings (task, trainer, console, the agent's ranges, the devices on this machine) are checked
-here; ``fastsac_async.AsyncOptions`` checks its fields when it is built and ``topology.check_counts``
-owns the count rules (``num_envs % num_collectors`` ...). Their errors come back here and are
-worded as the app's (the key path, the value seen, the fix).
+here; ``fastsac_async.AsyncOptions`` checks its fields when it is built, ``topology.check_counts``
+owns the count rules (``num_envs % num_collectors`` ...) and ``topology.check_learner_devices`` the
+learner device list. Their errors come back here and are worded as the app's (the key path, the
+value seen, the fix).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastsac_async import AsyncConfigError, AsyncOptions
-from fastsac_topology import AUTO, TopologyError, check_counts
+from fastsac_topology import AUTO, TopologyError, check_counts, check_learner_devices
 from fastsac_trainer.config.exceptions import ConfigError
 from fastsac_trainer.loggers import LOGGERS, wandb_missing
 
@@ -50,13 +51,15 @@ def normalize_switch(value: object) -> object:
     return value
 
 
-def check_device(setting: str, spec: str, cuda_count: int, *, allow_auto: bool = True) -> None:
-    """Raise unless ``spec`` is auto (when allowed), cpu, cuda or an existing cuda:N."""
-    if allow_auto and spec == "auto":
+def check_device(setting: str, spec: str, cuda_count: int) -> None:
+    """Raise unless ``spec`` is auto, cpu, cuda or an existing cuda:N.
+
+    The learner device list is topology's to check (``check_learner_devices``).
+    """
+    if spec == "auto":
         return
-    choices = "auto, cpu, cuda or cuda:N" if allow_auto else "cpu, cuda or cuda:N"
     if not isinstance(spec, str) or not _DEVICE.match(spec):
-        raise ConfigError(setting, spec, f"use {choices}")
+        raise ConfigError(setting, spec, "use auto, cpu, cuda or cuda:N")
     if spec.startswith("cuda"):
         if cuda_count == 0:
             raise ConfigError(setting, spec, "CUDA is not available on this machine; use cpu (or auto)")
@@ -177,14 +180,11 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
     check_counts_of(cfg)
     check_device("algo.trainer.device", cfg["algo"]["trainer"]["device"], cuda_count)
     check_device(f"{_OPTS}.collector_inference_device", opts["collector_inference_device"], cuda_count)
-    devices = opts["learner_devices"]
-    learners = opts["num_learners"]
-    if devices is not None:
-        for device in devices:
-            check_device(f"{_OPTS}.learner_devices", device, cuda_count, allow_auto=False)
-        if len(devices) != learners:
-            raise ConfigError(
-                f"{_OPTS}.learner_devices", devices, f"give exactly num_learners={learners} devices, or null"
+    if opts["learner_devices"] is not None:
+        try:
+            check_learner_devices(
+                opts["learner_devices"], num_learners=opts["num_learners"], num_cuda_devices=cuda_count
             )
-        if len(set(devices)) != len(devices):
-            raise ConfigError(f"{_OPTS}.learner_devices", devices, "give each device once")
+        except TopologyError as error:
+            assert error.setting is not None  # every learner-device rule names the setting
+            raise ConfigError(f"{_OPTS}.{error.setting}", error.value, error.fix) from None
