@@ -145,7 +145,7 @@ def composed(overrides: list[str]) -> Composed:
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     run = resolve_run(cfg, explicit=explicit_keys(overrides), cuda_count=cuda_count)
     settings = [o for o in merge_overrides(overrides) if not o.startswith(_NOT_SAVED)]
-    if run.config["task"]["num_envs"] != composed_envs:
+    if run.num_envs != composed_envs:
         # Sizing to this machine (or the CPU profile) moved it: a resume elsewhere keeps the replay's count.
-        settings = merge_overrides(settings, [f"task.num_envs={run.config['task']['num_envs']}"])
+        settings = merge_overrides(settings, [f"task.num_envs={run.num_envs}"])
     return Composed(run, resume_from, previous_run, cuda_count, settings)

@@ -110,9 +110,8 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
                 f"algo.agent.{key}={agent[key]} does not match {checkpoint}, which has {saved}; "
                 f"resume with algo.agent.{key}={saved} or start a new run (run_name=...)"
             )
-    asynchronous = run.config["algo"]["trainer"]["asynchronous"]
-    learners = run.async_options.num_learners if asynchronous else 1
-    num_envs = run.config["task"]["num_envs"]
+    learners = run.async_options.num_learners if run.asynchronous else 1
+    num_envs = run.num_envs
     per_learner, saved_envs = num_envs // learners, info["buffer"]["num_envs"]
     if per_learner != saved_envs:
         raise TrainerAppError(

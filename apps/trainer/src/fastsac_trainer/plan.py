@@ -7,7 +7,6 @@ configs built); both trainers take only this, never the raw config.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from fastsac_async.config import AsyncOptions
 from fastsac_async.hosts import HostGroup
@@ -15,7 +14,7 @@ from fastsac_async.spec import TrainingRun
 from fastsac_core.config import FastSACConfig
 from fastsac_topology import TrainerTopology
 
-__all__ = ["RunPlan", "checkpoint_dir", "checkpoint_path"]
+__all__ = ["RunPlan"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,13 +51,3 @@ class RunPlan:
     on demand; the synchronous trainer ignores it)."""
     hosts: HostGroup | None = None
     """This host's place in a run across hosts launched by torchrun (None: the run is this host)."""
-
-
-def checkpoint_dir(run_dir: Path) -> Path:
-    """Folder of a run's checkpoints."""
-    return run_dir / "checkpoints"
-
-
-def checkpoint_path(run_dir: Path, iteration: int) -> Path:
-    """Path of the checkpoint written at ``iteration`` (``checkpoints/model_0001000.pt``)."""
-    return checkpoint_dir(run_dir) / f"model_{iteration:07d}.pt"

@@ -17,9 +17,9 @@ import re
 import time
 from pathlib import Path
 
+from fastsac_async.spec import checkpoint_dir
 from fastsac_core import discard_partial_checkpoints
 from fastsac_trainer.config.exceptions import TrainerAppError
-from fastsac_trainer.plan import checkpoint_dir
 
 __all__ = [
     "CONFIG_FILE",

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from fastsac_async import StopReason
+from fastsac_async.spec import checkpoint_file
 from fastsac_core import (
     CheckpointError,
     FastSACAgent,
@@ -39,7 +40,7 @@ from fastsac_core import (
 )
 from fastsac_core.env import BatchedEnv
 from fastsac_trainer._episode_stats import EpisodeStats
-from fastsac_trainer.plan import RunPlan, checkpoint_path
+from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import Reporter, Snapshot
 
 __all__ = ["SyncResult", "run_sync"]
@@ -257,4 +258,4 @@ def _save(plan: RunPlan, agent: FastSACAgent, iteration: int, elapsed_s: float) 
         "task": plan.task_name,
         "trainer": "sync",
     }
-    return save_checkpoint(checkpoint_path(plan.run.run_dir, iteration), agent, extra=extra)
+    return save_checkpoint(checkpoint_file(plan.run.run_dir, iteration), agent, extra=extra)

@@ -15,6 +15,7 @@ from shm_transport import FieldSpec, RingLayout
 __all__ = [
     "EngineSpec",
     "TrainingRun",
+    "checkpoint_dir",
     "checkpoint_file",
     "collector_name",
     "learner_name",
@@ -133,9 +134,18 @@ def rendezvous_file(run_dir: Path) -> Path:
     return run_dir / "ddp_rendezvous"
 
 
+def checkpoint_dir(run_dir: Path) -> Path:
+    """Folder of a run's checkpoints (``checkpoints/``)."""
+    return run_dir / "checkpoints"
+
+
 def checkpoint_file(run_dir: Path, gstep: int) -> Path:
-    """``checkpoints/model_{gstep:07d}.pt`` under the run folder (the app's naming)."""
-    return run_dir / "checkpoints" / f"model_{gstep:07d}.pt"
+    """``checkpoints/model_{gstep:07d}.pt`` under the run folder.
+
+    The one naming of checkpoints: the engine's learner and the app's synchronous trainer write it,
+    the app's ``run_dir.latest_checkpoint`` reads it back.
+    """
+    return checkpoint_dir(run_dir) / f"model_{gstep:07d}.pt"
 
 
 def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:

@@ -40,7 +40,7 @@ from fastsac_async.parent.monitor import EngineResult, EngineStats, RunWatch, St
 from fastsac_async.parent.supervisor import Supervisor
 from fastsac_async.spec import (
     EngineSpec,
-    checkpoint_file,
+    checkpoint_dir,
     collector_name,
     learner_name,
     learner_threads,
@@ -169,7 +169,7 @@ class AsyncEngine:
                     hurry=should_abort,
                 )
                 if any(name in self._learners for name in killed):  # maybe in the middle of a save
-                    for tmp in discard_partial_checkpoints(checkpoint_file(spec.run.run_dir, 0).parent):
+                    for tmp in discard_partial_checkpoints(checkpoint_dir(spec.run.run_dir)):
                         _log.info("removed %s (a checkpoint its killed writer did not finish)", tmp)
 
             def close_queues() -> None:
