@@ -42,12 +42,20 @@ def _fill(agent: FastSACAgent, steps: int, seed: int) -> None:
 
 
 def test_update_returns_detached_finite_metrics() -> None:
-    """update() returns the six named metrics as finite, detached scalar tensors."""
+    """update() returns the seven named metrics as finite, detached scalar tensors."""
     torch.manual_seed(0)
     agent = make_agent(TINY_DIMS, tiny_config(), "cpu", num_envs=4)
     _fill(agent, 20, seed=1)
     metrics = agent.update(4)
-    assert set(metrics) == {"qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max"}
+    assert set(metrics) == {
+        "qf_loss",
+        "actor_loss",
+        "alpha",
+        "alpha_loss",
+        "policy_entropy",
+        "qf_max",
+        "reward_scale",
+    }
     for name, value in metrics.items():
         assert value.shape == () and not value.requires_grad and torch.isfinite(value), name
 

@@ -138,10 +138,13 @@ def run_with_console(
         resumed_at: Iteration of the checkpoint resumed (the loggers hide later points), or None.
         outcome: The Python API's record of the run (one more reporter, told how the run ended), or None.
     """
+    from fastsac_core import use_compile_cache
     from fastsac_trainer.console import open_console
 
     title = f"{plan.task_name}/fastsac"
     with _parent_log(plan.run.run_dir, title) as logged:
+        # Before anything compiles or is spawned: the workers inherit it (Note [compile cache]).
+        use_compile_cache()
         console = open_console(console_mode, title=title)
         return _run_logged(plan, console, logged, trainer_fn, resumed_at, outcome)
 

@@ -8,6 +8,7 @@ without a DDP wrapper, checkpoints, and a standalone inference policy for collec
 from ._agent import FastSACAgent, UpdateNoise, sync_normalizers
 from ._batch import Batch
 from ._checkpoint import discard_partial_checkpoints, load_checkpoint, peek_checkpoint, save_checkpoint
+from ._compile_cache import CompileCache, compile_cache, use_compile_cache
 from ._distributed import all_reduce_grads, broadcast_tensors, sync_normalizer_stats
 from ._execution import ExecutionPolicy
 from ._inference import InferencePolicy
@@ -46,6 +47,10 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "EmpiricalNormalizer",
     "ReplayBuffer",
     "merge_normalizers",
+    # Compilation
+    "CompileCache",
+    "compile_cache",
+    "use_compile_cache",
     # Multi-learner
     "all_reduce_grads",
     "broadcast_tensors",

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from . import _state
-from ._distributed import ProcessGroup, sync_normalizer_stats
+from ._compile_cache import use_compile_cache
+from ._distributed import ProcessGroup, sync_normalizer_stats, sync_reward_scale
 from ._execution import ExecutionPolicy
 from ._flat import flatten_into, numel_of, unflatten_into
 from ._model import SACModel, build_actor
@@ -49,10 +50,16 @@ class UpdateNoise(NamedTuple):
 
 def _validate(dims: EnvDims, cfg: FastSACConfig, buffer: ReplayBuffer, world_size: int) -> int:
     """Check the settings the agent depends on; return the per-env batch of one update on this rank."""
-    if cfg.num_atoms < 2 or cfg.v_max <= cfg.v_min:
+    low, high = cfg.value_support
+    if cfg.num_atoms < 2 or high <= low:
+        setting = (
+            f"normalized_v_max={cfg.normalized_v_max}"
+            if cfg.reward_normalization
+            else f"v_min={cfg.v_min}, v_max={cfg.v_max}"
+        )
+        fix = "normalized_v_max > 0" if cfg.reward_normalization else "v_min < v_max"
         raise ConfigError(
-            f"num_atoms={cfg.num_atoms}, v_min={cfg.v_min}, v_max={cfg.v_max} give no C51 support;"
-            " use num_atoms >= 2 and v_min < v_max"
+            f"num_atoms={cfg.num_atoms}, {setting} give no C51 support; use num_atoms >= 2 and {fix}"
         )
     if cfg.policy_frequency < 1 or cfg.num_steps < 1:
         raise ConfigError(
@@ -60,10 +67,18 @@ def _validate(dims: EnvDims, cfg: FastSACConfig, buffer: ReplayBuffer, world_siz
         )
     if len(dims.action_low) != dims.act_dim or len(dims.action_high) != dims.act_dim:
         raise ConfigError(f"action bounds have {len(dims.action_low)} entries; act_dim={dims.act_dim}")
-    if (buffer.n_steps, buffer.gamma) != (cfg.num_steps, cfg.gamma):
+    scale = buffer.reward_scale
+    bound = cfg.return_bound if cfg.reward_normalization else None
+    if (buffer.n_steps, buffer.gamma, scale.return_bound if scale.enabled else None) != (
+        cfg.num_steps,
+        cfg.gamma,
+        bound,
+    ):
         raise ConfigError(
-            f"the replay buffer has n_steps={buffer.n_steps}, gamma={buffer.gamma}; the config has "
-            f"num_steps={cfg.num_steps}, gamma={cfg.gamma}; build it with ReplayBuffer.of(dims, cfg, ...)"
+            f"the replay buffer has n_steps={buffer.n_steps}, gamma={buffer.gamma}, reward scale "
+            f"{'on' if scale.enabled else 'off'}; the config has num_steps={cfg.num_steps}, "
+            f"gamma={cfg.gamma}, reward_normalization={cfg.reward_normalization}; build it with "
+            "ReplayBuffer.of(dims, cfg, ...)"
         )
     num_envs = buffer.num_envs
     batch_per_env = cfg.batch_size // world_size // num_envs
@@ -132,6 +147,8 @@ class FastSACAgent:
         )
         self.normalizers = list(dict.fromkeys([self.obs_normalizer, self.critic_obs_normalizer]))
         """The distinct normalizers (one when the critic observes obs)."""
+        self.reward_scale = buffer.reward_scale
+        """The running reward scale its buffer keeps (Note [reward scale]); 1 without reward normalisation."""
 
         e = self.execution
         self.precision = Precision(e.amp_dtype, loss_scaling=e.loss_scaling, cache_casts=not step_graphs)
@@ -139,6 +156,7 @@ class FastSACAgent:
         accumulate: Callable[[Tensor, Tensor], None] = self._accumulate_obs
         normalize: Callable[[Tensor, Tensor, Tensor, Tensor], Observations] = self._normalize_obs
         if e.compile_prepare:
+            use_compile_cache()  # before the first compile (Note [compile cache])
             # Eagerly, the normalizers' statistics and the normalisation are a dozen memory-bound passes
             # over the sampled rows (float64 temporaries included); compiled, each half fuses into a few
             # kernels. ``fullgraph``: a graph break raises instead of silently running pieces eagerly.
@@ -152,15 +170,27 @@ class FastSACAgent:
     # ------------------------------------------------------------------ preparing a batch
 
     def prepare(self, batch: Batch) -> Batch:
-        """Update the normalizers with the batch's observations (merged over ranks) and normalise it."""
+        """Update the normalizers with the batch's observations (merged over ranks) and normalise it.
+
+        With reward normalisation the reward scale's statistics are merged over ranks too, and the
+        batch's (raw, n-step) rewards are multiplied by the scale of the moment (Note [reward scale]).
+        """
         batch = batch.to(self.device, non_blocking=True)
         self._accumulate_fn(batch.obs, batch.critic_obs)
         sync_normalizer_stats(self.normalizers, self.process_group)
         obs, next_obs, critic_obs, next_critic_obs = self._normalize_fn(
             batch.obs, batch.next_obs, batch.critic_obs, batch.next_critic_obs
         )
+        rewards = batch.rewards
+        if self.reward_scale.enabled:
+            sync_reward_scale(self.reward_scale, self.process_group)
+            rewards = rewards * self.reward_scale.scale.to(self.device, non_blocking=True)
         return batch._replace(
-            obs=obs, next_obs=next_obs, critic_obs=critic_obs, next_critic_obs=next_critic_obs
+            obs=obs,
+            next_obs=next_obs,
+            critic_obs=critic_obs,
+            next_critic_obs=next_critic_obs,
+            rewards=rewards,
         )
 
     def _accumulate_obs(self, obs: Tensor, critic_obs: Tensor) -> None:
@@ -187,8 +217,9 @@ class FastSACAgent:
 
         Returns:
             Detached metric tensors: ``qf_loss``, ``alpha_loss`` (means over this call's critic
-            updates), ``qf_max`` (max target value), ``actor_loss``, ``policy_entropy`` (means over
-            this call's actor updates, else the latest), ``alpha``.
+            updates), ``qf_max`` (max target value, in scaled units with reward normalisation),
+            ``actor_loss``, ``policy_entropy`` (means over this call's actor updates, else the latest),
+            ``alpha``, ``reward_scale`` (the factor rewards were multiplied by; 1 without normalisation).
         """
         return self.update_on_batch(self.buffer.sample(self.batch_per_env * num_updates), num_updates)
 
@@ -234,6 +265,7 @@ class FastSACAgent:
             "alpha_loss": alpha_loss.mean(),
             "policy_entropy": policy_entropy,
             "qf_max": qf_max.max(),
+            "reward_scale": self.reward_scale.scale.to(self.device, copy=True),
         }
 
     # ------------------------------------------------------------------ acting and weights

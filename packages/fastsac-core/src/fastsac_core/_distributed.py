@@ -15,8 +15,15 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from ._normalizer import EmpiricalNormalizer
+    from ._reward_scale import RewardScale
 
-__all__ = ["all_reduce_grads", "broadcast_tensors", "sync_normalizer_stats", "world_size_of"]
+__all__ = [
+    "all_reduce_grads",
+    "broadcast_tensors",
+    "sync_normalizer_stats",
+    "sync_reward_scale",
+    "world_size_of",
+]
 
 ProcessGroup = dist.ProcessGroup
 
@@ -85,3 +92,23 @@ def sync_normalizer_stats(
         size = n.sufficient_stats().numel()
         n.merge_sufficient_stats(flat[offset : offset + size])
         offset += size
+
+
+def sync_reward_scale(scale: RewardScale, group: ProcessGroup | None = None) -> None:
+    """Merge the pending reward statistics over ranks (sums added, peaks maximised) with one all-reduce.
+
+    Afterwards every rank holds the same scale (Note [reward scale]). The peak travels in its rank's own
+    slot of a zero vector, so the one SUM all-reduce also carries every rank's peak.
+    """
+    if not scale.enabled:
+        return
+    stats, peak = scale.pending()
+    world = world_size_of(group)
+    if world == 1:
+        scale.merge(stats.clone(), peak.clone())
+        return
+    peaks = torch.zeros(world, dtype=torch.float64, device=stats.device)
+    peaks[dist.get_rank(group)] = peak
+    flat = torch.cat([stats, peaks])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    scale.merge(flat[: stats.numel()], flat[stats.numel() :].max())

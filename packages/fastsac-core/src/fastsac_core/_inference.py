@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+from ._compile_cache import use_compile_cache
 from ._flat import numel_of, unflatten_into
 from ._model import build_actor
 from ._normalizer import EmpiricalNormalizer
@@ -49,6 +50,8 @@ class InferencePolicy:
         self.deterministic = deterministic
         self._amp = amp and self.device.type == "cuda"
         self._params = list(self.actor.parameters())
+        if compile:
+            use_compile_cache()  # before the first compile (Note [compile cache])
         self._forward: Callable[[Tensor], Tensor] = torch.compile(self._act) if compile else self._act
 
     @property

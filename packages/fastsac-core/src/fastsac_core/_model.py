@@ -60,8 +60,7 @@ class SACModel:
             dims.act_dim,
             cfg.critic_hidden_dim,
             cfg.num_atoms,
-            cfg.v_min,
-            cfg.v_max,
+            *cfg.value_support,
             cfg.num_q_networks,
             cfg.use_layer_norm,
         ).to(device)

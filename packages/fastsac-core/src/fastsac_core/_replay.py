@@ -39,6 +39,7 @@ from torch import Tensor
 
 from ._batch import Batch
 from ._nstep import nstep_window
+from ._reward_scale import RewardScale
 from ._schema import Transition, transition_fields
 from .config import FastSACConfig
 from .env import EnvDims
@@ -48,6 +49,9 @@ __all__ = ["Batch", "ReplayBuffer"]
 
 _RENAMED = {"terminated": "dones", "truncated": "truncations"}
 """The flags' names in the replay data of checkpoints written before they took ``StepResult``'s."""
+
+_REWARD_FIELDS = ("rewards", "terminated", "truncated")
+"""What the reward scale observes of each stored step (Note [reward scale])."""
 
 
 class ReplayBuffer:
@@ -63,6 +67,8 @@ class ReplayBuffer:
         n_steps: n of the n-step return.
         gamma: Discount factor.
         blocks: Widths of the env blocks, in env order (they sum to ``num_envs``); None is one block.
+        reward_bound: Keep a running reward scale (``reward_scale``) whose scaled returns stay within
+            this bound (Note [reward scale]); None keeps none (the scale stays 1). Rewards are stored raw.
     """
 
     def __init__(
@@ -76,6 +82,7 @@ class ReplayBuffer:
         n_steps: int = 1,
         gamma: float = 0.99,
         blocks: Sequence[int] | None = None,
+        reward_bound: float | None = None,
     ) -> None:
         widths = (num_envs,) if blocks is None else tuple(int(b) for b in blocks)
         if not widths or min(widths) < 1 or sum(widths) != num_envs:
@@ -105,6 +112,7 @@ class ReplayBuffer:
                 if dtype.is_floating_point
                 else torch.zeros(size, dtype=torch.bool, device=self.device)
             )
+        self._field_index = {name: i for i, name in enumerate(self.storage)}
         self.blocks = widths
         """Widths of the env blocks, in env order."""
         self._block_starts = tuple(sum(widths[:i]) for i in range(len(widths)))
@@ -114,6 +122,10 @@ class ReplayBuffer:
         self._step_powers = torch.arange(n_steps, device=self.device)
         self._discounts = gamma ** self._step_powers.to(torch.float32)
         self._env_index = torch.arange(num_envs, device=self.device)
+        self.reward_scale = RewardScale(
+            num_envs, gamma, reward_bound or 1.0, enabled=reward_bound is not None, device=self.device
+        )
+        """The running scale of the stored rewards, fed every stored step (Note [reward scale])."""
 
     @classmethod
     def of(
@@ -125,10 +137,11 @@ class ReplayBuffer:
         device: torch.device | str = "cpu",
         blocks: Sequence[int] | None = None,
     ) -> ReplayBuffer:
-        """The buffer an agent of ``dims`` and ``cfg`` trains from (its buffer_size, num_steps, gamma)."""
+        """The buffer an agent of ``dims`` and ``cfg`` trains from (sizes, n-step, gamma, reward scale)."""
         return cls(
             num_envs, cfg.buffer_size, dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim,
             device=device, n_steps=cfg.num_steps, gamma=cfg.gamma, blocks=blocks,
+            reward_bound=cfg.return_bound if cfg.reward_normalization else None,
         )  # fmt: skip
 
     # ---------------------------------------------------------------- writing
@@ -192,18 +205,33 @@ class ReplayBuffer:
         """Copy k steps into ``columns`` (None: all envs) after ``written`` steps; returns k (all counted)."""
         k = values[0].shape[0]
         skip = max(0, k - self.capacity)  # only the newest `capacity` steps survive
-        if skip:
-            values = [v[skip:] for v in values]
         kept = k - skip
         start = (written + skip) % self.capacity
         first = min(kept, self.capacity - start)
+        if skip and self.reward_scale.enabled:  # steps that never reach the storage still count
+            self._observe_rewards(columns, *(values[self._field_index[f]][:skip] for f in _REWARD_FIELDS))
+        values = [v[skip:] for v in values] if skip else values
         for storage, value in zip(self.storage.values(), values, strict=True):
             if columns is not None:
                 storage = storage[:, columns]
             storage[start : start + first].copy_(value[:first], non_blocking=True)
             if first < kept:
                 storage[: kept - first].copy_(value[first:], non_blocking=True)
+        if self.reward_scale.enabled:
+            # Read back from the storage: on its device, ordered after the copies on the same stream,
+            # with no host synchronisation (the values may be host views of a ring).
+            slots = (start + torch.arange(kept, device=self.device)) % self.capacity
+            every = slice(None) if columns is None else columns
+            self._observe_rewards(columns, *(self.storage[f][slots][:, every] for f in _REWARD_FIELDS))
         return k
+
+    def _observe_rewards(
+        self, columns: slice | None, rewards: Tensor, terminated: Tensor, truncated: Tensor
+    ) -> None:
+        """Feed k steps' rewards and episode ends of the envs ``columns`` to ``reward_scale``."""
+        to = self.device  # a copy only for the steps a write longer than the buffer skips
+        ended = terminated.to(to, torch.bool) | truncated.to(to, torch.bool)
+        self.reward_scale.observe(rewards.to(to), ended, columns)
 
     # ---------------------------------------------------------------- reading
 

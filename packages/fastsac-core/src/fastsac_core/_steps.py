@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from . import _losses
+from ._compile_cache import use_compile_cache
 from ._distributed import ProcessGroup, all_reduce_grads
 from ._execution import ExecutionPolicy
 from ._model import SACModel
@@ -74,6 +75,7 @@ class UpdateSteps:
         self.model, self.cfg, self.precision, self.policy = model, cfg, precision, policy
         self.process_group = process_group
         if policy.compile_steps:
+            use_compile_cache()  # before the first compile (Note [compile cache])
             quiet_compile_notices()
         critic: Callable[..., Any] = self._critic_step
         actor: Callable[..., Any] = self._actor_step

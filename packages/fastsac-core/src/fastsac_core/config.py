@@ -27,9 +27,9 @@ class FastSACConfig:
     num_atoms: int = 101
     """C51 atoms per critic."""
     v_min: float = -20.0
-    """Lowest return the C51 support represents."""
+    """Lowest return the C51 support represents (unused with ``reward_normalization``)."""
     v_max: float = 20.0
-    """Highest return the C51 support represents."""
+    """Highest return the C51 support represents (unused with ``reward_normalization``)."""
     use_layer_norm: bool = True
     """LayerNorm after every hidden linear layer (actor and critics)."""
     log_std_min: float = -5.0
@@ -82,6 +82,14 @@ class FastSACConfig:
     """Normalise actor and critic observations with running statistics."""
     normalizer_eps: float = 1e-2
     """Epsilon added to the running standard deviation."""
+    reward_normalization: bool = False
+    """Scale the rewards by a running estimate of the spread of the discounted return (Note [reward
+    scale] in ``_reward_scale``), so that the critic's support no longer depends on the env's reward
+    scale: it is ``±normalized_v_max`` and ``v_min``/``v_max`` are unused. The replay keeps raw rewards;
+    sampled n-step rewards are scaled by the scale of the moment."""
+    normalized_v_max: float = 10.0
+    """With ``reward_normalization``: the critics' support is ``[-normalized_v_max, normalized_v_max]``,
+    and the scale keeps every discounted return seen so far within half of it (``return_bound``)."""
 
     # Execution.
     compile: bool = True
@@ -106,3 +114,15 @@ class FastSACConfig:
     """Autocast the update steps on CUDA."""
     amp_dtype: Literal["bf16", "fp16"] = "bf16"
     """Autocast dtype."""
+
+    @property
+    def value_support(self) -> tuple[float, float]:
+        """The critics' C51 support: ``(v_min, v_max)``; ``±normalized_v_max`` with reward normalisation."""
+        if self.reward_normalization:
+            return -self.normalized_v_max, self.normalized_v_max
+        return self.v_min, self.v_max
+
+    @property
+    def return_bound(self) -> float:
+        """With reward normalisation: the bound on every scaled |return| seen so far (Note [reward scale])."""
+        return self.normalized_v_max / 2

@@ -99,6 +99,7 @@ _RULES: tuple[_Rule, ...] = (
     ("algo.agent.gamma", lambda v: 0 < v <= 1, "use a discount in (0, 1]"),
     ("algo.agent.tau", lambda v: 0 < v <= 1, "use a soft-update rate in (0, 1]"),
     ("algo.agent.num_atoms", lambda v: v >= 2, "use at least 2 atoms"),
+    ("algo.agent.normalized_v_max", lambda v: v > 0, "use a positive bound of the normalised support"),
     ("algo.agent.amp_dtype", lambda v: v in ("bf16", "fp16"), "use bf16 or fp16"),
     ("algo.agent.cudagraph_scope", lambda v: v in ("regions", "step"), "use regions or step"),
 )
