@@ -41,7 +41,8 @@ PERF = (
     "async/utd",
 )
 TRAIN = tuple(
-    f"train/{k}" for k in ("qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max")
+    f"train/{k}"
+    for k in ("qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max", "reward_scale")
 )
 
 

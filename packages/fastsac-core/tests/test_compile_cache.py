@@ -69,10 +69,10 @@ def test_a_second_process_compiling_the_same_step_hits_the_first_ones_cache(tmp_
 
 
 def test_off_disables_torch_caches_here_and_in_the_processes_it_starts() -> None:
-    """FASTSAC_COMPILE_CACHE=off sets torch's force_disable_caches and its variable for child processes."""
+    """FASTSAC_COMPILE_CACHE=off, even beside a folder, disables torch caches here and for children."""
     done = subprocess.run(
         [sys.executable, "-c", _APPLY],
-        env={**os.environ, "FASTSAC_COMPILE_CACHE": "off"},
+        env={**os.environ, "FASTSAC_COMPILE_CACHE": "off", "TORCHINDUCTOR_CACHE_DIR": "/tmp/elsewhere"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -94,6 +94,7 @@ def _default() -> str:
         ({}, str(Path.home() / ".cache/fastsac/torch-compile"), "default"),
         ({"FASTSAC_COMPILE_CACHE": "/y/cc", "XDG_CACHE_HOME": "/x"}, "/y/cc", "FASTSAC_COMPILE_CACHE"),
         ({"FASTSAC_COMPILE_CACHE": "OFF"}, None, "FASTSAC_COMPILE_CACHE"),
+        ({"FASTSAC_COMPILE_CACHE": "off", "TORCHINDUCTOR_CACHE_DIR": "/t"}, None, "FASTSAC_COMPILE_CACHE"),
         ({"TORCHINDUCTOR_CACHE_DIR": "/t", "FASTSAC_COMPILE_CACHE": "/y"}, "/t", "TORCHINDUCTOR_CACHE_DIR"),
         # torch writes its default there itself (dynamo's import): that counts as unset
         ({"TORCHINDUCTOR_CACHE_DIR": "<torch default>", "XDG_CACHE_HOME": "/x"}, "/x/fastsac/torch-compile",
@@ -106,7 +107,7 @@ def _default() -> str:
 def test_the_folder_follows_the_documented_precedence(
     environ: dict[str, str], folder: str | None, source: str
 ) -> None:
-    """TORCHINDUCTOR_CACHE_DIR (not torch's own) > FASTSAC_COMPILE_CACHE (folder or off) > XDG > ~/.cache."""
+    """Precedence: off, TORCHINDUCTOR_CACHE_DIR (not torch default), a FASTSAC folder, XDG, ~/.cache."""
     environ = {k: (_default() if v == "<torch default>" else v) for k, v in environ.items()}
     chosen = compile_cache(environ)
     assert (str(chosen.folder) if chosen.folder else None, chosen.source) == (folder, source)

@@ -6,12 +6,12 @@
 # a container or a job scheduler's private /tmp empties, so every such run compiles from scratch. We
 # point it at ``$XDG_CACHE_HOME/fastsac/torch-compile`` (``~/.cache/fastsac/torch-compile`` without
 # XDG_CACHE_HOME), decided here and nowhere else:
+#   * ``FASTSAC_COMPILE_CACHE=off``: no on-disk compile cache at all (torch's
+#     ``force_disable_caches``), wherever it would be: every process compiles from scratch;
 #   * ``TORCHINDUCTOR_CACHE_DIR`` set to a folder other than torch's default: kept as it is. Torch
 #     writes its default into that variable itself when ``torch._dynamo`` is imported, so the default
 #     cannot be told apart from unset and counts as unset;
 #   * ``FASTSAC_COMPILE_CACHE=<folder>``: that folder;
-#   * ``FASTSAC_COMPILE_CACHE=off``: no on-disk compile cache at all (torch's
-#     ``force_disable_caches``): every process compiles from scratch;
 #   * otherwise the per-user folder above.
 # ``use_compile_cache`` applies the choice in the calling process, in ``os.environ``. Every code path
 # of this package that builds a ``torch.compile`` function calls it first (the agent's steps and batch
@@ -78,7 +78,7 @@ def compile_cache(environ: Mapping[str, str] | None = None) -> CompileCache:
         base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
         ours = CompileCache(folder=base / "fastsac" / "torch-compile", source="default")
     given = env.get(TORCH_ENV_VAR)
-    if given and Path(given) not in (_torch_default(), ours.folder):
+    if ours.folder is not None and given and Path(given) not in (_torch_default(), ours.folder):
         return CompileCache(folder=Path(given), source=TORCH_ENV_VAR)
     return ours
 
