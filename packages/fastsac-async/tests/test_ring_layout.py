@@ -29,10 +29,11 @@ def test_ring_layout_without_a_critic_observation() -> None:
     assert layout.total_features == 17 + 6 + 3
 
 
-def test_weight_extras_are_the_policy_extras_shapes() -> None:
-    """The weight channel reserves the obs normalizer's float32 mean, std (obs_dim) and count (1)."""
+def test_weight_extras_are_the_policy_extras_shapes_and_the_publish_stamp() -> None:
+    """The channel reserves the normalizer's float32 mean, std (obs_dim), count (1) and the int64 gstep."""
     assert weight_extras(DIMS) == {
         "obs_mean": FieldSpec((17,), torch.float32),
         "obs_std": FieldSpec((17,), torch.float32),
         "obs_count": FieldSpec((1,), torch.float32),
+        "published_gstep": FieldSpec((1,), torch.int64),
     }

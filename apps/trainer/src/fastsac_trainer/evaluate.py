@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +18,21 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from fastsac_core import CheckpointError, EnvDims, FastSACConfig, InferencePolicy, peek_checkpoint
+from fastsac_core import (
+    CheckpointError,
+    EnvDims,
+    EvalResult,
+    FastSACConfig,
+    InferencePolicy,
+    evaluate_policy,
+    peek_checkpoint,
+)
 from fastsac_core.env import EnvFactory
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.run_dir import CONFIG_FILE, resolve_resume
 from fastsac_trainer.tasks import TaskError, env_factory_for, get_task
 
 __all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "parse_int", "parse_kv", "wants_video"]
-
-_MAX_PARALLEL_ENVS = 32
-
 
 def parse_kv(args: list[str], allowed: dict[str, str], command: str) -> dict[str, str]:
     """``key=value`` arguments of a subcommand; ``allowed`` maps each key to its help.
@@ -105,48 +109,16 @@ def _env_factory(run_dir: Path | None, task: str | None, checkpoint: Path) -> En
         raise TrainerAppError(str(error)) from None
 
 
-@dataclass(frozen=True)
-class EvalResult:
-    """Returns of the evaluated episodes."""
-
-    returns: tuple[float, ...]
-    """Undiscounted return of each episode."""
-    lengths: tuple[int, ...]
-    """Length of each episode."""
-
-    @property
-    def mean_return(self) -> float:
-        """Mean of the returns."""
-        return float(np.mean(self.returns))
-
-
 def evaluate(policy: InferencePolicy, factory: EnvFactory, episodes: int, seed: int) -> EvalResult:
-    """Run ``episodes`` episodes with the deterministic policy (each env counts its first episode)."""
-    returns: list[float] = []
-    lengths: list[int] = []
-    batch_seed = seed
-    while len(returns) < episodes:
-        n = min(episodes - len(returns), _MAX_PARALLEL_ENVS)
-        env = factory(n, batch_seed)
-        try:
-            obs, _ = env.reset(seed=batch_seed)
-            running = np.zeros(n, dtype=np.float64)
-            steps = np.zeros(n, dtype=np.int64)
-            done = np.zeros(n, dtype=bool)
-            while not done.all():
-                actions = policy(torch.from_numpy(obs)).cpu().numpy()
-                result = env.step(actions)
-                live = ~done
-                running[live] += result.rewards[live]
-                steps[live] += 1
-                done |= result.terminated | result.truncated
-                obs = result.obs
-        finally:
-            env.close()
-        returns += running.tolist()
-        lengths += steps.tolist()
-        batch_seed += n
-    return EvalResult(tuple(returns), tuple(lengths))
+    """Run ``episodes`` episodes with the deterministic policy (``fastsac_core.evaluate_policy``).
+
+    The same definition of the deterministic episode return as the evaluation during training, so
+    ``trainer eval`` of a best checkpoint with that run's ``eval_episodes`` and ``eval_seed``
+    reproduces the return it was kept for.
+    """
+    result = evaluate_policy(policy, factory, episodes, seed)
+    assert result is not None  # nothing asks it to stop
+    return result
 
 
 def eval_main(args: list[str]) -> int:

@@ -34,6 +34,7 @@ __all__ = [
     "HostGroup",
     "actor_digest",
     "collector_seed",
+    "has_evaluator",
     "init_host_group",
     "learner_rank",
     "learner_seed",
@@ -75,6 +76,15 @@ def learner_rank(spec: EngineSpec, local_rank: int) -> int:
     if spec.hosts is None:
         return local_rank
     return spec.hosts.host_rank * spec.num_learners + local_rank
+
+
+def has_evaluator(spec: EngineSpec) -> bool:
+    """Whether this host runs the evaluator: evaluation is on and this host holds the run's rank 0.
+
+    Rank 0 ships it the reader of its first collector's weight channel (Note [evaluation during
+    training] in ``fastsac_async.evaluator.loop``).
+    """
+    return spec.run.evaluation is not None and learner_rank(spec, 0) == 0
 
 
 def collector_seed(spec: EngineSpec, index: int) -> int:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from torch import Tensor
+
 from fastsac_async.config import AsyncOptions
+from fastsac_async.evaluator.settings import EvalSettings
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.hosts import HostGroup
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig, policy_extra_fields, transition_fields
@@ -13,16 +17,24 @@ from fastsac_topology import LearnerPlacement, TrainerTopology
 from shm_transport import FieldSpec, RingLayout
 
 __all__ = [
+    "PUBLISHED_GSTEP",
     "EngineSpec",
     "TrainingRun",
+    "best_checkpoint_file",
     "checkpoint_dir",
     "checkpoint_file",
     "collector_name",
+    "evaluator_name",
     "learner_name",
     "learner_threads",
+    "published_stamp",
     "ring_layout",
     "weight_extras",
 ]
+
+PUBLISHED_GSTEP = "published_gstep"
+"""The weight extra that stamps a snapshot with the global step it was published at (int64, ``(1,)``):
+an evaluation is logged at the env steps of the weights it ran (Note [evaluation during training])."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +63,9 @@ class TrainingRun:
     """The run folder (``runs/<run>``), already created."""
     resume_from: Path | None = None
     """Checkpoint to continue from."""
+    evaluation: EvalSettings | None = None
+    """Periodic deterministic evaluation (None: none; Note [evaluation during training] in
+    ``fastsac_async.evaluator.loop``): the engine's evaluator worker, or the synchronous trainer inline."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +144,11 @@ def learner_name(rank: int) -> str:
     return f"learner{rank}"
 
 
+def evaluator_name() -> str:
+    """Worker name of the evaluator."""
+    return "evaluator"
+
+
 def rendezvous_file(run_dir: Path) -> Path:
     """The learners' torch.distributed file rendezvous (the parent removes a stale one before a run)."""
     return run_dir / "ddp_rendezvous"
@@ -148,13 +168,25 @@ def checkpoint_file(run_dir: Path, gstep: int) -> Path:
     return checkpoint_dir(run_dir) / f"model_{gstep:07d}.pt"
 
 
+def best_checkpoint_file(run_dir: Path) -> Path:
+    """``checkpoints/best.pt``: the policy of the best evaluation so far (a policy checkpoint)."""
+    return checkpoint_dir(run_dir) / "best.pt"
+
+
 def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:
     """The transition slot of a collector stepping ``num_envs`` envs (fastsac_core's transition fields)."""
     return RingLayout.of(num_envs, transition_fields(dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim))
 
 
 def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:
-    """Extras published with the actor weights (``FastSACAgent.policy_extras``)."""
-    return {
+    """Extras published with the actor weights: ``FastSACAgent.policy_extras`` and ``PUBLISHED_GSTEP``."""
+    extras = {
         name: FieldSpec(shape, dtype) for name, (shape, dtype) in policy_extra_fields(dims.obs_dim).items()
     }
+    extras[PUBLISHED_GSTEP] = FieldSpec((1,), torch.int64)
+    return extras
+
+
+def published_stamp(gstep: int) -> Tensor:
+    """The ``PUBLISHED_GSTEP`` extra of a snapshot published at ``gstep`` (a fresh host tensor)."""
+    return torch.tensor([gstep], dtype=torch.int64)

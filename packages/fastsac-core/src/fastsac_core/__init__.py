@@ -2,14 +2,21 @@
 
 The agent and its update steps, the replay buffer, the transition schema (the fields rings carry
 and the buffer stores), the empirical normalizer with an exact cross-rank merge, gradient all-reduce
-without a DDP wrapper, checkpoints, and a standalone inference policy for collectors.
+without a DDP wrapper, checkpoints, a standalone inference policy for collectors, and the deterministic evaluation.
 """
 
 from ._agent import FastSACAgent, UpdateNoise, sync_normalizers
 from ._batch import Batch
-from ._checkpoint import discard_partial_checkpoints, load_checkpoint, peek_checkpoint, save_checkpoint
+from ._checkpoint import (
+    discard_partial_checkpoints,
+    load_checkpoint,
+    peek_checkpoint,
+    save_checkpoint,
+    save_policy_checkpoint,
+)
 from ._compile_cache import CompileCache, compile_cache, use_compile_cache
 from ._distributed import all_reduce_grads, broadcast_tensors, sync_normalizer_stats
+from ._evaluate import MAX_PARALLEL_ENVS, EvalResult, evaluate_policy
 from ._execution import ExecutionPolicy
 from ._inference import InferencePolicy
 from ._model import build_actor
@@ -38,6 +45,10 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "InferencePolicy",
     "UpdateNoise",
     "build_actor",
+    # Evaluation
+    "MAX_PARALLEL_ENVS",
+    "EvalResult",
+    "evaluate_policy",
     # Networks
     "Actor",
     "DistributionalCritic",
@@ -61,6 +72,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "load_checkpoint",
     "peek_checkpoint",
     "save_checkpoint",
+    "save_policy_checkpoint",
     # Errors
     "CheckpointError",
     "ConfigError",

@@ -5,6 +5,11 @@ agent's state (networks, targets, optimizers, log_alpha, GradScaler, normalizers
 the replay data), the RNG states of torch (CPU and every CUDA device), numpy and python, and the
 caller's ``extra`` dict. It is written to a temporary file in the same folder, fsynced, then renamed
 over the destination, so a crash leaves either the old file or the new one, never a torn one.
+
+A *policy checkpoint* (:func:`save_policy_checkpoint`, ``kind: "policy"``) holds only what acting
+needs: the actor and the observation normalizer of an :class:`InferencePolicy` (the best checkpoint
+of an evaluation during training). ``trainer eval`` and ``trainer export`` read both kinds; only a
+training checkpoint can be resumed.
 """
 
 from __future__ import annotations
@@ -20,9 +25,18 @@ import numpy as np
 import torch
 
 from ._agent import FastSACAgent
+from ._inference import InferencePolicy
+from .config import FastSACConfig
+from .env import EnvDims
 from .exceptions import CheckpointError
 
-__all__ = ["discard_partial_checkpoints", "load_checkpoint", "peek_checkpoint", "save_checkpoint"]
+__all__ = [
+    "discard_partial_checkpoints",
+    "load_checkpoint",
+    "peek_checkpoint",
+    "save_checkpoint",
+    "save_policy_checkpoint",
+]
 
 FORMAT = "fastsac-core/checkpoint/1"
 
@@ -79,10 +93,9 @@ def save_checkpoint(
     Returns:
         The path written.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": FORMAT,
+        "kind": "training",
         "dims": dataclasses.asdict(agent.dims),
         "config": dataclasses.asdict(agent.cfg),
         "counters": {"update_idx": agent.update_idx, "buffer_written": agent.buffer.written},
@@ -90,6 +103,44 @@ def save_checkpoint(
         "rng": _rng_state(),
         "extra": extra or {},
     }
+    return _write_atomically(Path(path), payload)
+
+
+def save_policy_checkpoint(
+    path: str | os.PathLike[str],
+    policy: InferencePolicy,
+    dims: EnvDims,
+    cfg: FastSACConfig,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``policy``'s actor and observation normalizer to ``path`` atomically (a policy checkpoint).
+
+    Args:
+        path: Destination file (its folder is created).
+        policy: The policy whose weights to keep.
+        dims: Its task dimensions.
+        cfg: The hyper-parameters it was built with.
+        extra: Caller's data (the global step, the evaluated return, ...).
+
+    Returns:
+        The path written.
+    """
+    payload = {
+        "format": FORMAT,
+        "kind": "policy",
+        "dims": dataclasses.asdict(dims),
+        "config": dataclasses.asdict(cfg),
+        "counters": {},
+        "agent": {"actor": policy.actor.state_dict(), "obs_normalizer": policy.normalizer.state_dict()},
+        "extra": extra or {},
+    }
+    return _write_atomically(Path(path), payload)
+
+
+def _write_atomically(path: Path, payload: dict[str, Any]) -> Path:
+    """``torch.save`` into a temporary file beside ``path``, fsync, rename over it, fsync the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -126,13 +177,15 @@ def _read(path: str | os.PathLike[str], map_location: Any, mmap: bool = False) -
 
 
 def peek_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Counters, dims, config, extra and replay size of a checkpoint, without building an agent.
+    """Kind, counters, dims, config, extra and replay size of a checkpoint, without building an agent.
 
-    ``buffer`` holds the replay's ``num_envs`` and ``capacity``.
+    ``kind`` is ``training`` or ``policy`` (:func:`save_policy_checkpoint`); ``buffer`` holds the
+    replay's ``num_envs`` and ``capacity`` (both 0 for a policy checkpoint, which has no replay).
     """
     payload = _read(path, "cpu", mmap=True)
     info = {key: payload[key] for key in ("counters", "dims", "config", "extra")}
-    buffer = payload["agent"]["buffer"]
+    info["kind"] = payload.get("kind", "training")
+    buffer = payload["agent"].get("buffer", {"num_envs": 0, "capacity": 0})
     info["buffer"] = {"num_envs": int(buffer["num_envs"]), "capacity": int(buffer["capacity"])}
     return info
 
@@ -167,6 +220,11 @@ def load_checkpoint(
             (the message names the tensor and both shapes).
     """
     payload = _read(path, map_location if map_location is not None else agent.device)
+    if payload.get("kind", "training") != "training":
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is a policy checkpoint (actor and normalizer only, e.g. best.pt): "
+            "it evaluates and exports but cannot be resumed; resume from a model_*.pt checkpoint"
+        )
     saved, current = payload["agent"], agent.state_dict(include_buffer=False)
     for key in ("actor", "qf", "qf_target", "obs_normalizer", "critic_obs_normalizer"):
         _check_shapes(key, saved[key], current[key])

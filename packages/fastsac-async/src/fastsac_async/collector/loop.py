@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fastsac_async.spec import PUBLISHED_GSTEP, published_stamp
 from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
 from fastsac_core import BatchedEnv, InferencePolicy, step_transition
 from shm_transport import TransitionRing, WeightReader
@@ -86,7 +87,8 @@ class Collector:
         self._low = np.asarray(env.dims.action_low, dtype=np.float32)
         self._high = np.asarray(env.dims.action_high, dtype=np.float32)
         self._flat = torch.zeros(policy.numel, device=policy.device)
-        self._extras = policy.policy_extras()  # what each poll overwrites
+        # What each poll overwrites: the normalizer's statistics and the publish stamp.
+        self._extras = {**policy.policy_extras(), PUBLISHED_GSTEP: published_stamp(0).to(policy.device)}
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[float] = deque(maxlen=100)
         self._episodes = 0

@@ -21,6 +21,7 @@ from fastsac_async.learner.device_timing import DeviceSpanTimer
 from fastsac_async.learner.ingest import Ingestor
 from fastsac_async.learner.profiler import PROFILE_AFTER_UPDATES, profiled
 from fastsac_async.learner.publisher import DeferredPublisher
+from fastsac_async.spec import PUBLISHED_GSTEP, published_stamp
 from fastsac_async.stats import LEARNER_STAGES, LearnerSnapshot, StageTimer
 from fastsac_core import FastSACAgent, save_checkpoint, sync_normalizers
 from shm_transport import TransitionRing, WeightWriter
@@ -152,7 +153,8 @@ class Learner:
             if self.agent.world_size > 1:
                 sync_normalizers(self.agent, self.group)
             flat = self.agent.flatten_actor_params(self._flat)
-            self.publisher.begin(flat, self.agent.policy_extras())
+            extras = {**self.agent.policy_extras(), PUBLISHED_GSTEP: published_stamp(self.gstep)}
+            self.publisher.begin(flat, extras)
             if wait:
                 self.publisher.finish(block=True)
         return self.version

@@ -19,6 +19,7 @@ import torch
 from fastsac_async.control import Control
 from fastsac_async.hosts import (
     actor_digest,
+    has_evaluator,
     init_host_group,
     learner_rank,
     learner_seed,
@@ -29,7 +30,7 @@ from fastsac_async.learner.cpu_loan import compile_cpus
 from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
 from fastsac_async.learner.profiler import profile_iterations
-from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name, rendezvous_file
+from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name, evaluator_name, rendezvous_file
 from fastsac_async.stats import offer
 from fastsac_async.transport import LearnerEnds, RingOffer, WeightOffer
 from fastsac_async.worker_process import bind, reporting_failure, worker_boot
@@ -119,6 +120,8 @@ def run_learner(
             learner.publish(wait=True)
             for collector, payload in payloads:
                 handshake.ship(collector, payload)
+            if has_evaluator(spec) and learner_rank(spec, rank) == 0:  # it reads the first collector's
+                handshake.ship(evaluator_name(), payloads[0][1].weights)
             boot.mark(f"initial weights published, slots shipped to {len(own)} collector(s)")
             handshake.report_ready(name)
             handshake.wait_released(

@@ -6,7 +6,8 @@
    [transport by name]), the shared :class:`~fastsac_async.control.Control`, the stats queues and
    the :class:`~shm_transport.StartupHandshake`.
 2. Report every worker as "waiting" (the console knows the total from the start); spawn learners,
-   then collectors (each inside ``numa_bind.bound_for_child`` when placed on a node), report each as
+   then collectors (each inside ``numa_bind.bound_for_child`` when placed on a node), then the
+   evaluator when evaluation is on (Note [evaluation during training]), report each as
    "booting"; wait for every "ready" (``boot_timeout_s``) while watching for a worker that dies
    during start-up; release them together.
 3. Monitor (:class:`~fastsac_async.parent.monitor.RunWatch`): collect stats, call back, stop on
@@ -16,7 +17,7 @@
    segment name (create -> attach all -> unlink): the mappings live on, and /dev/shm holds nothing
    of the run from then on, whatever crashes later (the parent included).
 5. Shut down (always, bounded, idempotent, each step isolated so none can skip the next): stop
-   flag; join collectors; let the learners exit (a CUDA-IPC allocation must outlive its
+   flag; join collectors and the evaluator (the weight readers); let the learners exit (a CUDA-IPC allocation must outlive its
    consumers); join learners; kill what is left (its stacks go to its log first). ``should_abort``
    cuts the joins short: a stop at once, with no final checkpoint. Then close the queues, the
    handshake and every segment (and unlink any name still there after a failed boot).
@@ -32,7 +33,9 @@ from typing import Any
 
 from fastsac_async.collector.process import run_collector
 from fastsac_async.control import Control
+from fastsac_async.evaluator.process import run_evaluator
 from fastsac_async.exceptions import RunAborted
+from fastsac_async.hosts import has_evaluator
 from fastsac_async.learner.process import run_learner
 from fastsac_async.learner.profiler import profile_iterations
 from fastsac_async.parent.janitor import Janitor
@@ -42,6 +45,7 @@ from fastsac_async.spec import (
     EngineSpec,
     checkpoint_dir,
     collector_name,
+    evaluator_name,
     learner_name,
     learner_threads,
     rendezvous_file,
@@ -69,6 +73,9 @@ class AsyncEngine:
         self.spec = spec
         self._collectors = [collector_name(c.index) for c in spec.topology.collectors]
         self._learners = [learner_name(p.rank) for p in spec.topology.learners]
+        # The evaluator reads weights like a collector and goes down with them (Note [evaluation
+        # during training] in fastsac_async.evaluator.loop).
+        self._evaluators = [evaluator_name()] if has_evaluator(spec) else []
 
     def run(
         self,
@@ -114,10 +121,11 @@ class AsyncEngine:
         # A run killed before its learners joined leaves their file rendezvous behind; a new group
         # would read the dead one's entries from it and hang or fail.
         rendezvous_file(spec.run.run_dir).unlink(missing_ok=True)
-        workers = self._learners + self._collectors
+        readers = self._collectors + self._evaluators  # each gets one startup message
+        workers = self._learners + readers
         janitor = Janitor.start(default_prefix())  # cleans up if this process dies: Note [janitor]
         with janitor.semaphores_made():  # the queues' and the handshake's, for the janitor
-            handshake = StartupHandshake(ctx, collectors=self._collectors, workers=workers)
+            handshake = StartupHandshake(ctx, collectors=readers, workers=workers)
             # One bounded queue per worker: a worker killed while holding a queue's write lock can
             # block only its own queue, never another worker's stats.
             queues = {name: ctx.Queue(maxsize=16) for name in workers}
@@ -140,6 +148,9 @@ class AsyncEngine:
                 self._spawn(sup, collector_name(c.index), run_collector, c.numa_node, threads,
                             dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
                             on_boot, janitor)  # fmt: skip
+            for name in self._evaluators:  # one thread, unpinned, niced: it yields to every other worker
+                self._spawn(sup, name, run_evaluator, None, 1, dict(common, stats_queue=queues[name]),
+                            on_boot, janitor)  # fmt: skip
             watch = RunWatch(spec, sup, control, self._collectors, self._learners)
             try:
                 watch.boot(handshake, on_boot, lambda: should_stop() or should_abort())
@@ -156,14 +167,14 @@ class AsyncEngine:
             segments.unlink()
             # Collectors' queues first: a tick built from learner 0's snapshot then holds the collector
             # snapshots sent before it (the last tick included).
-            ordered = [queues[name] for name in self._collectors + self._learners]
+            ordered = [queues[name] for name in readers + self._learners]
             return watch.monitor(ordered, on_stats, should_stop, should_abort)
         finally:
             control.request_stop()
 
             def stop_workers() -> None:
                 killed = sup.shutdown(
-                    [self._collectors, self._learners],
+                    [readers, self._learners],
                     spec.shutdown_timeout_s,
                     before_group=lambda i: control.release_learners() if i == 1 else None,
                     hurry=should_abort,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastsac_async.control import Control
+from fastsac_async.evaluator.loop import EvalReport
 from fastsac_async.exceptions import BootTimeoutError, RunAborted, WorkerFailed
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.spec import EngineSpec, checkpoint_file
@@ -53,6 +54,8 @@ class EngineStats:
     """Collectors aggregated."""
     checkpoint: str | None = None
     """A checkpoint written since the last tick."""
+    evaluations: tuple[EvalReport, ...] = ()
+    """Evaluations finished since the last tick, in order."""
 
 
 StopReason = Literal["completed", "time_limit", "stop_requested", "stopped_during_boot"]
@@ -197,6 +200,7 @@ class RunWatch:
         learners: dict[int, LearnerSnapshot] = {}
         collectors: dict[int, CollectorSnapshot] = {}
         reported: list[str] = []  # checkpoints named by rank 0's snapshots, in order
+        evaluations: list[EvalReport] = []  # finished since the last tick
         last_checkpoint: str | None = None
         stopped_early = False
         stop_reason: StopReason = "completed"
@@ -206,6 +210,8 @@ class RunWatch:
             for item in _drain(stats_queues):
                 if isinstance(item, CollectorSnapshot):
                     collectors[item.index] = item
+                elif isinstance(item, EvalReport):
+                    evaluations.append(item)
                 elif isinstance(item, LearnerSnapshot):
                     learners[item.rank] = item
                     if item.checkpoint:
@@ -221,8 +227,10 @@ class RunWatch:
                                 collectors=dict(collectors),
                                 summary=aggregate_collectors(list(collectors.values())),
                                 checkpoint=item.checkpoint,
+                                evaluations=tuple(evaluations),
                             )
                         )
+                        evaluations.clear()
 
         while True:
             sup.wait(0.05)
