@@ -2,7 +2,8 @@
 
 The agent and its update steps, the replay buffer, the transition schema (the fields rings carry
 and the buffer stores), the empirical normalizer with an exact cross-rank merge, gradient all-reduce
-without a DDP wrapper, checkpoints, a standalone inference policy for collectors, and the deterministic evaluation.
+without a DDP wrapper, checkpoints, a standalone inference policy for collectors, and the
+deterministic evaluation.
 """
 
 from ._agent import FastSACAgent, UpdateNoise, sync_normalizers

@@ -72,7 +72,7 @@ class EvalReport:
 
 
 def best_return_of(path: Path | None) -> float:
-    """The return a best checkpoint at ``path`` was kept for; -inf when there is none (or it is unreadable)."""
+    """The return the best checkpoint at ``path`` was kept for; -inf if there is none or it is unreadable."""
     if path is None or not path.is_file():
         return -math.inf
     try:
@@ -185,7 +185,7 @@ class PublishedWeights:
         version = self._reader.poll(self._flat, self._extras)
         if version is None:
             return False
-        if torch.cuda.is_initialized():  # a CUDA-IPC reader's copy to these host tensors has landed
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call] # a CUDA-IPC reader's copy to these host tensors has landed
             torch.cuda.synchronize()
         self._policy.load_flat(self._flat, self._extras)
         self.version = version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -17,7 +18,7 @@ def _positive_or_none(value: Any, kind: type) -> bool:
     return number and not isinstance(value, bool) and value > 0
 
 
-_RULES = {
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "interval_s": (lambda v: _positive_or_none(v, float), "use a positive number of seconds, or null"),
     "interval": (lambda v: _positive_or_none(v, int), "use a positive number of iterations, or null"),
     "episodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "use at least 1"),

@@ -17,10 +17,10 @@
    segment name (create -> attach all -> unlink): the mappings live on, and /dev/shm holds nothing
    of the run from then on, whatever crashes later (the parent included).
 5. Shut down (always, bounded, idempotent, each step isolated so none can skip the next): stop
-   flag; join collectors and the evaluator (the weight readers); let the learners exit (a CUDA-IPC allocation must outlive its
-   consumers); join learners; kill what is left (its stacks go to its log first). ``should_abort``
-   cuts the joins short: a stop at once, with no final checkpoint. Then close the queues, the
-   handshake and every segment (and unlink any name still there after a failed boot).
+   flag; join collectors and the evaluator (the weight readers); let the learners exit (a CUDA-IPC
+   allocation must outlive its consumers); join learners; kill what is left (its stacks go to its
+   log first). ``should_abort`` cuts the joins short: a stop at once, with no final checkpoint.
+   Then close the queues, the handshake and every segment (and unlink any name still there after a failed boot).
 6. A janitor process, started before anything is allocated and told every worker's pid, removes
    what a SIGKILLed parent could not (Note [janitor]).
 """
