@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.tensorboard import eval_scalars
 
 __all__ = ["RunOutcome", "TrainResult", "TrainingAbortedError", "TrainingFailedError", "train"]
 
@@ -76,6 +77,8 @@ class RunOutcome:
     def report(self, snapshot: Any) -> None:
         """Keep the snapshot's scalars (a :class:`~fastsac_trainer.reporting.Reporter`)."""
         self.metrics = dict(snapshot.scalars)
+        if snapshot.last_eval is not None:  # the latest evaluation, under its TensorBoard names
+            self.metrics.update(eval_scalars(snapshot.last_eval))
 
     def checkpoint_saved(self, path: Path) -> None:
         """Keep the checkpoint's path."""

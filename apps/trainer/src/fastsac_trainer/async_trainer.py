@@ -21,15 +21,16 @@ from fastsac_async import (
     EngineResult,
     EngineSpec,
     EngineStats,
+    EvalReport,
     StopReason,
     WorkerFailed,
     run_engine,
 )
 from fastsac_trainer.config.placement import resolve_placement
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import Reporter, Snapshot
+from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
 
-__all__ = ["AsyncResult", "BootView", "engine_snapshot", "run_async"]
+__all__ = ["AsyncResult", "BootView", "engine_snapshot", "eval_point", "run_async"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,18 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
     )
 
 
+def eval_point(report: EvalReport, num_envs: int) -> EvalPoint:
+    """The app's record of one evaluation (its env steps: the publish step's full env batches)."""
+    return EvalPoint(
+        iteration=report.global_step,
+        env_steps=report.global_step * num_envs,
+        mean_return=report.mean_return,
+        mean_length=report.mean_length,
+        best_return=report.best_return,
+        seconds=report.seconds,
+    )
+
+
 def run_async(
     plan: RunPlan,
     reporter: Reporter,
@@ -139,15 +152,22 @@ def run_async(
     per_collector = topology.num_envs_per_collector
 
     reported_step = -1
+    evaluations: list[EvalPoint] = []  # finished, not yet in a reported snapshot
+    last_eval: EvalPoint | None = None
 
     def on_stats(stats: EngineStats) -> None:
         # One report per global step: the learner reports its last window when it stops, then sends
         # one more tick at the same step for the final checkpoint (an empty window: 0 updates/s).
-        nonlocal reported_step
+        nonlocal reported_step, last_eval
+        evaluations.extend(eval_point(report, plan.num_envs) for report in stats.evaluations)
         step = stats.learners[0].global_step  # the learner's own step (ticks drained together share one)
         if step != reported_step:
             reported_step = step
-            reporter.report(engine_snapshot(plan, stats, per_collector))
+            snapshot = engine_snapshot(plan, stats, per_collector)
+            last_eval = evaluations[-1] if evaluations else last_eval
+            snapshot.evaluations, snapshot.last_eval = list(evaluations), last_eval
+            evaluations.clear()
+            reporter.report(snapshot)
         if stats.checkpoint is not None:
             reporter.checkpoint_saved(Path(stats.checkpoint))
 

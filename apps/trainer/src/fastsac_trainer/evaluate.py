@@ -34,6 +34,7 @@ from fastsac_trainer.tasks import TaskError, env_factory_for, get_task
 
 __all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "parse_int", "parse_kv", "wants_video"]
 
+
 def parse_kv(args: list[str], allowed: dict[str, str], command: str) -> dict[str, str]:
     """``key=value`` arguments of a subcommand; ``allowed`` maps each key to its help.
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fastsac_trainer.reporting import Reporter, Snapshot
-from fastsac_trainer.tensorboard import TensorBoardReporter, logged_scalars
+from fastsac_trainer.tensorboard import TensorBoardReporter, eval_scalars, logged_scalars
 
 __all__ = ["LOGGERS", "WandbReporter", "open_loggers", "quote_logger_list", "wandb_missing"]
 
@@ -36,6 +36,7 @@ LOGGERS = ("tensorboard", "wandb")
 
 _ID_FILE = "wandb_id.txt"
 _ENV_STEPS = "env_steps"
+_EVAL_ENV_STEPS = "eval/env_steps"
 _FLUSH_S = 1.0
 """Seconds between writes of W&B's local ``.wandb`` file (W&B's default, 15 s, loses that much of a killed
 run, the points just before its last checkpoint included)."""
@@ -110,10 +111,19 @@ class WandbReporter:
         # Every metric is plotted against env steps (W&B's own step is the iteration).
         self._run.define_metric(_ENV_STEPS)
         self._run.define_metric("*", step_metric=_ENV_STEPS)
+        self._run.define_metric(_EVAL_ENV_STEPS)
+        self._run.define_metric("eval/*", step_metric=_EVAL_ENV_STEPS)
 
     def report(self, snapshot: Snapshot) -> None:
-        """Log the snapshot's scalars (the TensorBoard ones) with its env steps, at its iteration."""
+        """Log the snapshot's scalars (the TensorBoard ones) with its env steps, at its iteration.
+
+        The latest evaluation finished since the last snapshot goes into the same step, against its
+        own x axis ``eval/env_steps`` (the env steps of its weights: W&B's step only moves forward).
+        """
         scalars = {**logged_scalars(snapshot), _ENV_STEPS: snapshot.env_steps}
+        if snapshot.evaluations:
+            point = snapshot.evaluations[-1]
+            scalars.update({**eval_scalars(point), _EVAL_ENV_STEPS: point.env_steps})
         if self._step_is_iteration:
             self._run.log(scalars, step=snapshot.iteration, commit=True)
         else:

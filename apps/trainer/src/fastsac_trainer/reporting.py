@@ -10,7 +10,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Reporter", "Snapshot"]
+__all__ = ["EvalPoint", "Reporter", "Snapshot"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalPoint:
+    """One deterministic evaluation during training (logged as ``eval/return``, ``eval/episode_length``)."""
+
+    iteration: int
+    """Global step at which the evaluated weights were published."""
+    env_steps: int
+    """Env steps at which they were published (the x of its points)."""
+    mean_return: float
+    """Mean return of the evaluation's episodes."""
+    mean_length: float
+    """Mean episode length."""
+    best_return: float
+    """Best mean return of the run so far (this one's included; ``checkpoints/best.pt`` holds it)."""
+    seconds: float
+    """Wall time the evaluation took."""
 
 
 @dataclass(kw_only=True)
@@ -31,6 +49,10 @@ class Snapshot:
     """Per worker group (``collector0``, ``learner0``, ``sync``): stage path -> mean ms."""
     warming_up: bool = False
     """True until learning starts."""
+    evaluations: list[EvalPoint] = field(default_factory=list)
+    """Evaluations finished since the previous snapshot (loggers write each once)."""
+    last_eval: EvalPoint | None = None
+    """The latest evaluation of the run so far (what the console shows)."""
 
 
 class Reporter(Protocol):

@@ -8,7 +8,8 @@ metrics, with no concurrency. One iteration:
 2. step every env (``BatchedEnv.step``, auto-reset);
 3. ingest: ``agent.buffer.extend`` the obs *before* the step with the action, reward,
    terminated and truncated flags (the buffer derives next obs from the next slot);
-4. once learning has started, ``agent.update(num_updates)``.
+4. once learning has started, ``agent.update(num_updates)``;
+5. when due, a deterministic evaluation (``fastsac_trainer.sync_eval``), inline.
 
 Seeds: envs use ``plan.run.seed`` (like collector 0 of the async trainer), torch/numpy/python use
 ``plan.run.seed + 1000`` (like learner rank 0). A resumed run restores the agent, its RNG states
@@ -41,7 +42,8 @@ from fastsac_core import (
 from fastsac_core.env import BatchedEnv
 from fastsac_trainer._episode_stats import EpisodeStats
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import Reporter, Snapshot
+from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
+from fastsac_trainer.sync_eval import InlineEvaluation
 
 __all__ = ["SyncResult", "run_sync"]
 
@@ -178,6 +180,18 @@ def run_sync(
     env = run.env_factory(plan.num_envs, run.seed)
     episodes = EpisodeStats(100)
     stop_reason: StopReason = "completed"
+    settings = plan.run.evaluation
+    evaluation = None if settings is None else InlineEvaluation(plan, settings, iteration)
+    evals: list[EvalPoint] = []  # finished, not yet in a reported snapshot
+    last_eval: EvalPoint | None = None
+
+    def report(snapshot: Snapshot) -> None:
+        nonlocal last_eval
+        last_eval = evals[-1] if evals else last_eval
+        snapshot.evaluations, snapshot.last_eval = list(evals), last_eval
+        evals.clear()
+        reporter.report(snapshot)
+
     try:
         obs, critic_obs = env.reset()
         # The protocol keeps step arrays valid only until the next step, so the pre-step obs the
@@ -221,10 +235,13 @@ def run_sync(
             for name, seconds in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 interval.stage_s[name] += seconds
             interval.iterations += 1
+            point = None if evaluation is None else evaluation.maybe_evaluate(iteration, agent, should_stop)
+            if point is not None:
+                evals.append(point)
 
             if iteration % run.logging_interval == 0:
                 elapsed = elapsed_before + time.perf_counter() - start
-                reporter.report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
+                report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
                 interval, last_reported = _Interval(), iteration
             if iteration % run.save_interval == 0:
                 last_checkpoint = _save(plan, agent, iteration, elapsed_before + time.perf_counter() - start)
@@ -232,8 +249,8 @@ def run_sync(
                 last_saved = iteration
 
         elapsed = elapsed_before + time.perf_counter() - start
-        if iteration != last_reported:
-            reporter.report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
+        if iteration != last_reported or evals:
+            report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
         if iteration != last_saved or last_checkpoint is None:
             last_checkpoint = _save(plan, agent, iteration, elapsed)
             reporter.checkpoint_saved(last_checkpoint)

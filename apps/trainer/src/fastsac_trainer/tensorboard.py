@@ -3,7 +3,8 @@
 Scalars keep the names of ``Snapshot.scalars`` (the DESIGN names: ``perf/env_steps_per_s``,
 ``async/policy_lag``, ``rollout/mean_return``, ``train/qf_loss``, ...), with the env steps collected
 so far as the x axis, so runs with different ``task.num_envs`` line up; the iteration (full env
-batches) is the scalar ``progress/iteration``. Collector stage timings that the trainer did not
+batches) is the scalar ``progress/iteration``. An evaluation's ``eval/return`` and ``eval/episode_length``
+go at the env steps its weights were published at. Collector stage timings that the trainer did not
 already put into ``scalars`` are added as ``perf/collector_<stage>_ms`` (mean over collectors), the
 way the public reference names them. The run's config is written once per launch as text (``config``)
 and as hparams (dotted keys).
@@ -18,9 +19,16 @@ from typing import Any
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 
-__all__ = ["ITERATION", "TensorBoardReporter", "collector_stage_means", "flat_config", "logged_scalars"]
+__all__ = [
+    "ITERATION",
+    "TensorBoardReporter",
+    "collector_stage_means",
+    "eval_scalars",
+    "flat_config",
+    "logged_scalars",
+]
 
 ITERATION = "progress/iteration"
 """The scalar that keeps the iteration (the x axis is env steps)."""
@@ -45,6 +53,11 @@ def logged_scalars(snapshot: Snapshot) -> dict[str, float]:
     scalars.update(snapshot.scalars)
     scalars[ITERATION] = float(snapshot.iteration)
     return {name: value for name, value in sorted(scalars.items()) if math.isfinite(value)}
+
+
+def eval_scalars(point: EvalPoint) -> dict[str, float]:
+    """The scalars of one evaluation, written at ``point.env_steps`` (those of its weights)."""
+    return {"eval/return": point.mean_return, "eval/episode_length": point.mean_length}
 
 
 def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, bool | int | float | str]:
@@ -97,9 +110,12 @@ class TensorBoardReporter:
             file_writer.add_summary(summary, step)
 
     def report(self, snapshot: Snapshot) -> None:
-        """Write the snapshot's scalars at ``snapshot.env_steps``."""
+        """Write the snapshot's scalars at ``snapshot.env_steps``, each evaluation's at its own."""
         for name, value in logged_scalars(snapshot).items():
             self._writer.add_scalar(name, value, snapshot.env_steps)
+        for point in snapshot.evaluations:
+            for name, value in eval_scalars(point).items():
+                self._writer.add_scalar(name, value, point.env_steps)
         self._writer.flush()
 
     def checkpoint_saved(self, path: Path) -> None:

@@ -16,6 +16,9 @@ from fastsac_async.collector.loop import Collector, CollectorSettings
 from fastsac_async.collector.process import run_collector
 from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
+from fastsac_async.evaluator.loop import EvalReport, Evaluator, PublishedWeights
+from fastsac_async.evaluator.process import run_evaluator
+from fastsac_async.evaluator.settings import EvalSettings
 from fastsac_async.exceptions import (
     AsyncConfigError,
     AsyncEngineError,
@@ -60,6 +63,12 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "LearnerSettings",
     "run_collector",
     "run_learner",
+    # evaluation
+    "EvalReport",
+    "EvalSettings",
+    "Evaluator",
+    "PublishedWeights",
+    "run_evaluator",
     # pipeline logic
     "GenerationAssembler",
     "Ingestor",

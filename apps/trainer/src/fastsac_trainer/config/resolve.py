@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastsac_async import AsyncConfigError
+from fastsac_async import AsyncConfigError, EvalSettings
 from fastsac_async.config import AsyncOptions
 from fastsac_async.hosts import HostGroup
 from fastsac_async.learner.profiler import profile_iterations
@@ -20,7 +20,7 @@ from fastsac_core.env import EnvDims, EnvFactory
 from fastsac_topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.config.host import host_layout, host_quota
-from fastsac_trainer.config.validate import async_options, check_counts_of, validate_config
+from fastsac_trainer.config.validate import async_options, check_counts_of, eval_settings, validate_config
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.tasks import TaskError, env_factory_for, probe_dims
 
@@ -61,6 +61,8 @@ class ResolvedRun:
     """Asynchronous options."""
     device: str
     """Resolved trainer device (``cpu`` or ``cuda:N``)."""
+    evaluation: EvalSettings | None = None
+    """Periodic deterministic evaluation (``algo.trainer.eval_*``; None: off)."""
     notes: tuple[str, ...] = ()
     """Lines for the console about what was adjusted (the CPU profile)."""
 
@@ -100,6 +102,7 @@ class ResolvedRun:
                 save_interval=trainer["save_interval"],
                 run_dir=run_dir,
                 resume_from=resume_from,
+                evaluation=self.evaluation,
             ),
             num_envs=self.num_envs,
             agent=self.agent,
@@ -257,5 +260,6 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
         agent=agent,
         async_options=options,
         device=device,
+        evaluation=eval_settings(trainer),
         notes=tuple(notes),
     )

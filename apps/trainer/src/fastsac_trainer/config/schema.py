@@ -114,6 +114,16 @@ class TrainerConfig:
     """Iterations between console/TensorBoard reports."""
     save_interval: int = 1000
     """Iterations between checkpoints (a final one is always written)."""
+    eval_interval_s: float | None = 60.0
+    """Seconds of training between two deterministic evaluations (null: by iterations only; both
+    intervals null: no evaluation). The best one's weights go to checkpoints/best.pt."""
+    eval_interval: int | None = None
+    """Iterations between two deterministic evaluations (null: by seconds only); both set: whichever
+    comes due first."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (each on an env of its own; `trainer eval` runs 10 by default too)."""
+    eval_seed: int = 0
+    """Seed of the evaluation envs, the same for every evaluation (`trainer eval`'s default too)."""
     stop_grace_s: float = 5.0
     """After a stop signal (Ctrl+C, SIGTERM, SIGHUP, checkpoint_signal), the longest wait for the final
     checkpoint and a clean exit; then the run stops at once, with no final checkpoint. Keep it below

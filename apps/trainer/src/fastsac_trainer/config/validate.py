@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastsac_async import AsyncConfigError, AsyncOptions
+from fastsac_async import AsyncConfigError, AsyncOptions, EvalSettings
 from fastsac_topology import AUTO, TopologyError, check_counts, check_learner_devices
 from fastsac_trainer.config.exceptions import ConfigError
 from fastsac_trainer.loggers import LOGGERS, wandb_missing
@@ -138,6 +138,26 @@ def async_options(node: Mapping[str, Any]) -> AsyncOptions:
         ) from None
 
 
+def eval_settings(trainer: Mapping[str, Any]) -> EvalSettings | None:
+    """The library record of ``algo.trainer.eval_*``; None when both intervals are null (no evaluation).
+
+    Raises:
+        ConfigError: A value the record refuses (its own rule), worded with the key path.
+    """
+    if trainer["eval_interval_s"] is None and trainer["eval_interval"] is None:
+        return None
+    try:
+        return EvalSettings(
+            interval_s=trainer["eval_interval_s"],
+            interval=trainer["eval_interval"],
+            episodes=trainer["eval_episodes"],
+            seed=trainer["eval_seed"],
+        )
+    except AsyncConfigError as error:
+        assert error.setting is not None  # every EvalSettings rule names its field
+        raise ConfigError(f"algo.trainer.{error.setting}", error.value, error.fix) from None
+
+
 def check_counts_of(cfg: Mapping[str, Any]) -> None:
     """The count rules of topology on the config's counts (``num_collectors`` may still be ``auto``).
 
@@ -178,6 +198,7 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
     if not agent["v_min"] < agent["v_max"]:
         raise ConfigError("algo.agent.v_min", agent["v_min"], f"use a value below v_max={agent['v_max']}")
     async_options(opts)
+    eval_settings(cfg["algo"]["trainer"])
     check_counts_of(cfg)
     check_device("algo.trainer.device", cfg["algo"]["trainer"]["device"], cuda_count)
     check_device(f"{_OPTS}.collector_inference_device", opts["collector_inference_device"], cuda_count)

@@ -71,12 +71,16 @@ def _grid(rows: list[tuple[str, str]], title: str) -> Panel:
 
 
 def render_overview(snapshot: Snapshot, first: Snapshot | None = None) -> RenderableType:
-    """Progress and ETA, returns, throughput, UTD, learn %, lag, ring fill and the training metrics."""
+    """Progress and ETA, returns (the last evaluation's too), throughput, lag, ring fill, training metrics."""
     s = snapshot.scalars
     episodes = [
         ("mean return", compact(s.get("rollout/mean_return"))),
         ("mean ep len", compact(s.get("rollout/mean_ep_len"))),
     ]
+    if snapshot.last_eval is not None:
+        e = snapshot.last_eval
+        episodes += [("eval return", f"{compact(e.mean_return)} @ {compact(e.env_steps)}"),
+                     ("best eval", compact(e.best_return))]  # fmt: skip
     speed = [(label, compact(s.get(key)) + unit) for label, key, unit in _HEADLINE if key in s]
     if snapshot.warming_up:
         speed.insert(0, ("status", "warming up"))

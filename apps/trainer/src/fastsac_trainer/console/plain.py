@@ -27,7 +27,7 @@ _LINE_KEYS = (
 
 
 def snapshot_line(snapshot: Snapshot, first: Snapshot | None = None) -> str:
-    """One log line: progress, returns, throughput and the main training metrics."""
+    """One log line: progress, returns (the last evaluation's too), throughput and the main metrics."""
     s = snapshot.scalars
     pct = 100 * snapshot.env_steps / snapshot.total_env_steps if snapshot.total_env_steps else 0.0
     parts = [
@@ -36,6 +36,11 @@ def snapshot_line(snapshot: Snapshot, first: Snapshot | None = None) -> str:
         f"return {compact(s.get('rollout/mean_return'))}",
         f"ep_len {compact(s.get('rollout/mean_ep_len'))}",
     ]
+    if snapshot.last_eval is not None:
+        e = snapshot.last_eval
+        parts.append(
+            f"eval {compact(e.mean_return)} @ {compact(e.env_steps)} (best {compact(e.best_return)})"
+        )
     parts += [f"{label} {compact(s[key])}" for label, key in _LINE_KEYS if key in s]
     if snapshot.warming_up:
         parts.append("warming up")

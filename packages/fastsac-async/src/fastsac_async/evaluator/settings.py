@@ -19,8 +19,14 @@ def _positive_or_none(value: Any, kind: type) -> bool:
 
 
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "interval_s": (lambda v: _positive_or_none(v, float), "use a positive number of seconds, or null"),
-    "interval": (lambda v: _positive_or_none(v, int), "use a positive number of iterations, or null"),
+    "interval_s": (
+        lambda v: _positive_or_none(v, float),
+        "use a positive number of seconds, or null (both intervals null: no evaluation)",
+    ),
+    "interval": (
+        lambda v: _positive_or_none(v, int),
+        "use a positive number of iterations, or null (both intervals null: no evaluation)",
+    ),
     "episodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "use at least 1"),
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "use 0 or more"),
 }

@@ -20,7 +20,8 @@
    flag; join collectors and the evaluator (the weight readers); let the learners exit (a CUDA-IPC
    allocation must outlive its consumers); join learners; kill what is left (its stacks go to its
    log first). ``should_abort`` cuts the joins short: a stop at once, with no final checkpoint.
-   Then close the queues, the handshake and every segment (and unlink any name still there after a failed boot).
+   Then close the queues, the handshake and every segment (and unlink any name still there after a
+   failed boot).
 6. A janitor process, started before anything is allocated and told every worker's pid, removes
    what a SIGKILLed parent could not (Note [janitor]).
 """

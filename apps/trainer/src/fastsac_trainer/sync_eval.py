@@ -1,0 +1,58 @@
+"""The synchronous trainer's evaluation: the library's :class:`~fastsac_async.Evaluator`, inline.
+
+Between two iterations, when due, the agent's current actor and normalizer are copied into a
+deterministic CPU policy and evaluated on envs of their own (Note [evaluation during training] in
+``fastsac_async.evaluator.loop``); training waits meanwhile. That cost is real and shown: each
+evaluation's seconds are logged, and the throughput of that reporting window includes them
+(wiki/decisions.md, 2026-12-01, for why inline).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from fastsac_async import EvalSettings, Evaluator
+from fastsac_async.spec import best_checkpoint_file
+from fastsac_core import FastSACAgent, InferencePolicy
+from fastsac_trainer.plan import RunPlan
+from fastsac_trainer.reporting import EvalPoint
+
+__all__ = ["InlineEvaluation"]
+
+log = logging.getLogger(__name__)
+
+
+class InlineEvaluation:
+    """Evaluates the synchronous trainer's agent between iterations, as ``plan.run.evaluation`` says.
+
+    Args:
+        plan: The run (its evaluation settings, env factory and run folder).
+        settings: ``plan.run.evaluation`` (not None).
+        start_iteration: The iteration the run starts at (a resume's).
+    """
+
+    def __init__(self, plan: RunPlan, settings: EvalSettings, start_iteration: int) -> None:
+        self._num_envs = plan.num_envs
+        run = plan.run
+        self._policy = InferencePolicy(run.dims, plan.agent, device="cpu", deterministic=True)
+        self._evaluator = Evaluator(
+            settings=settings, policy=self._policy, env_factory=run.env_factory, dims=run.dims,
+            agent=plan.agent, best_path=best_checkpoint_file(run.run_dir), start_gstep=start_iteration,
+        )  # fmt: skip
+
+    def maybe_evaluate(
+        self, iteration: int, agent: FastSACAgent, should_stop: Callable[[], bool]
+    ) -> EvalPoint | None:
+        """Evaluate the agent's current policy if due at ``iteration``; None if not due or stopped."""
+        if not self._evaluator.due(iteration):
+            return None
+        self._policy.load_flat(agent.flatten_actor_params(), agent.policy_extras())
+        report = self._evaluator.evaluate(gstep=iteration, should_stop=should_stop)
+        if report is None:
+            return None
+        log.info("evaluation at iteration %d: %s", iteration, report)
+        return EvalPoint(
+            iteration=iteration, env_steps=iteration * self._num_envs, mean_return=report.mean_return,
+            mean_length=report.mean_length, best_return=report.best_return, seconds=report.seconds,
+        )  # fmt: skip
