@@ -93,6 +93,11 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
     from fastsac_trainer.config.exceptions import TrainerAppError
 
     info = peek_checkpoint(checkpoint)
+    if info["kind"] != "training":
+        raise TrainerAppError(
+            f"resume={str(checkpoint)!r} is invalid: it is a policy checkpoint (best.pt: actor and "
+            "normalizer only, for trainer eval and export); resume from the run folder or one of its model_*.pt"
+        )
     saved_dims, dims = info["dims"], dataclasses.asdict(run.dims)
     if saved_dims != dims:
         differ = ", ".join(

@@ -1,0 +1,111 @@
+"""Evaluation during training, end to end on CPU: real CLI runs, TensorBoard events, best.pt, resume."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from fastsac_core import peek_checkpoint
+from fastsac_trainer.evaluate import evaluate, load_policy
+from fastsac_trainer.tasks import env_factory_for
+
+APP_DIR = Path(__file__).resolve().parents[1]
+TINY = [
+    "task=pendulum",
+    "task.num_envs=2",
+    "algo.trainer.logging_interval=2",
+    "algo.trainer.save_interval=2",
+    "algo.agent.learning_starts=2",
+    "algo.agent.batch_size=32",
+    "algo.agent.num_updates=1",
+    "console=plain",
+]
+EVAL = ["algo.trainer.eval_interval_s=null", "algo.trainer.eval_episodes=2", "runs_root=runs", "run_name=r"]
+
+
+def _eval_steps(run_dir: Path) -> list[int]:
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    assert "eval/episode_length" in events.Tags()["scalars"]
+    return [int(e.step) for e in events.Scalars("eval/return")]
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, str(APP_DIR), *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _trainer(args: list[str], cwd: Path) -> str:
+    result = _run(args, cwd)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_async_run_logs_eval_at_the_cadence_and_best_pt_reproduces_its_return(tmp_path: Path) -> None:
+    """Async: eval/return every >= eval_interval iterations; `trainer eval` of best.pt gives its return."""
+    _trainer([*TINY, *EVAL, "algo.trainer.num_learning_iterations=300", "algo.trainer.eval_interval=50",
+              "algo.trainer.save_interval=1000", "algo.trainer.async_options.num_collectors=1"], tmp_path)  # fmt: skip
+    run_dir = tmp_path / "runs" / "r"
+    steps = _eval_steps(run_dir)
+    assert len(steps) >= 2, steps
+    assert all(b - a >= 50 * 2 for a, b in itertools.pairwise(steps)), f"cadence: {steps}"
+    assert (run_dir / "logs" / "evaluator.log").is_file()
+    best = run_dir / "checkpoints" / "best.pt"
+    extra = peek_checkpoint(best)["extra"]
+    assert extra["iteration"] * 2 in steps, "best.pt holds weights that were evaluated and logged"
+    policy, _ = load_policy(best)
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
+    task = config["task"]  # type: ignore[index]
+    assert evaluate(policy, env_factory_for(task), 2, 0).mean_return == extra["eval_return"], "exactly"
+    printed = _trainer(["eval", f"checkpoint={best}", "episodes=2"], tmp_path)
+    assert f"mean return {extra['eval_return']:.2f}" in printed, printed
+
+
+@pytest.mark.slow
+def test_sync_run_evaluates_every_eval_interval_and_a_resume_keeps_the_better_best(tmp_path: Path) -> None:
+    """Sync: eval/return exactly every eval_interval iterations; a resume never replaces a better best.pt."""
+    sync = [*TINY, *EVAL, "algo.trainer.asynchronous=false", "algo.trainer.eval_interval=20"]
+    _trainer([*sync, "algo.trainer.num_learning_iterations=60"], tmp_path)
+    run_dir = tmp_path / "runs" / "r"
+    assert _eval_steps(run_dir) == [40, 80, 120], "every 20 iterations of 2 envs"
+    best = run_dir / "checkpoints" / "best.pt"
+    payload = torch.load(best, weights_only=True)
+    payload["extra"]["eval_return"] = 1e9  # a best no later evaluation can beat
+    torch.save(payload, best)
+    saved = best.read_bytes()
+    _trainer([*sync, "algo.trainer.num_learning_iterations=100", "resume=runs/r"], tmp_path)
+    assert _eval_steps(run_dir)[-2:] == [160, 200], "the resumed run goes on evaluating"
+    assert best.read_bytes() == saved, "the better best of the first session is kept"
+    refused = _run([*sync, f"resume={best}", "run_name=r2"], tmp_path)
+    assert refused.returncode == 2 and "is a policy checkpoint" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algo.trainer.eval_episodes=0", "algo.trainer.eval_episodes=0 is invalid: use at least 1"),
+        (
+            "algo.trainer.eval_interval_s=0",
+            "algo.trainer.eval_interval_s=0.0 is invalid: use a positive number",
+        ),
+    ],
+)
+def test_a_bad_eval_setting_is_refused_in_one_line(tmp_path: Path, override: str, message: str) -> None:
+    """A bad eval setting stops the command before anything starts: exit 2, one line with setting and fix."""
+    result = _run([*TINY, override], tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and re.search(re.escape(message), lines[0]), (
+        result.stderr
+    )
+    assert not (tmp_path / "runs").exists()
