@@ -54,8 +54,9 @@ def _trainer(args: list[str], cwd: Path) -> str:
 @pytest.mark.slow
 def test_async_run_logs_eval_at_the_cadence_and_best_pt_reproduces_its_return(tmp_path: Path) -> None:
     """Async: eval/return every >= eval_interval iterations; `trainer eval` of best.pt gives its return."""
-    _trainer([*TINY, *EVAL, "algo.trainer.num_learning_iterations=300", "algo.trainer.eval_interval=50",
-              "algo.trainer.save_interval=1000", "algo.trainer.async_options.num_collectors=1"], tmp_path)  # fmt: skip
+    budget = ["algo.trainer.num_learning_iterations=300", "algo.trainer.save_interval=1000"]
+    one_collector = "algo.trainer.async_options.num_collectors=1"
+    _trainer([*TINY, *EVAL, *budget, "algo.trainer.eval_interval=50", one_collector], tmp_path)
     run_dir = tmp_path / "runs" / "r"
     steps = _eval_steps(run_dir)
     assert len(steps) >= 2, steps

@@ -96,7 +96,7 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
     if info["kind"] != "training":
         raise TrainerAppError(
             f"resume={str(checkpoint)!r} is invalid: it is a policy checkpoint (best.pt: actor and "
-            "normalizer only, for trainer eval and export); resume from the run folder or one of its model_*.pt"
+            "normalizer only, for trainer eval and export); resume from the run folder or a model_*.pt"
         )
     saved_dims, dims = info["dims"], dataclasses.asdict(run.dims)
     if saved_dims != dims:
