@@ -125,7 +125,8 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     assert "collector" in out and "transitions" in out  # the topology table
     assert "done:" in out
     boot = [line for line in out.splitlines() if line.startswith("boot: ")]
-    assert boot[0].endswith("(0/3 ready)"), "the boot count's total is every worker from the first line"
+    # every worker from the first line: a learner, two collectors and the evaluator (on by default)
+    assert boot[0].endswith("(0/4 ready)"), "the boot count's total is every worker from the first line"
     progress = [
         line.split(" | ")[0] for line in out.splitlines() if line.startswith("[pendulum/fastsac] it ")
     ]
