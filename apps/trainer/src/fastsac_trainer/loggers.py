@@ -36,7 +36,8 @@ LOGGERS = ("tensorboard", "wandb")
 
 _ID_FILE = "wandb_id.txt"
 _ENV_STEPS = "env_steps"
-_EVAL_ENV_STEPS = "eval/env_steps"
+_EVAL_ENV_STEPS = "eval_env_steps"
+"""The x axis of the eval/* metrics in W&B: the env steps of the evaluated weights."""
 _FLUSH_S = 1.0
 """Seconds between writes of W&B's local ``.wandb`` file (W&B's default, 15 s, loses that much of a killed
 run, the points just before its last checkpoint included)."""
@@ -118,7 +119,7 @@ class WandbReporter:
         """Log the snapshot's scalars (the TensorBoard ones) with its env steps, at its iteration.
 
         The latest evaluation finished since the last snapshot goes into the same step, against its
-        own x axis ``eval/env_steps`` (the env steps of its weights: W&B's step only moves forward).
+        own x axis ``eval_env_steps`` (the env steps of its weights: W&B's step only moves forward).
         """
         scalars = {**logged_scalars(snapshot), _ENV_STEPS: snapshot.env_steps}
         if snapshot.evaluations:
