@@ -64,7 +64,7 @@ def run_evaluator(
             settings=run.evaluation, policy=policy, env_factory=run.env_factory, dims=run.dims,
             agent=spec.agent, best_path=best_checkpoint_file(run_dir), start_gstep=start,
         )  # fmt: skip
-        spec.env_factory(1, spec.evaluation.seed).close()  # imports and first-build costs go to the boot
+        run.env_factory(1, run.evaluation.seed).close()  # imports and first-build costs go to the boot
         boot.mark(f"policy built, env made once (best so far: {evaluator.best_return:g})")
         handle: WeightReaderHandle = handshake.receive(
             evaluator_name(),
