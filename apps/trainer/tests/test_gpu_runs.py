@@ -61,8 +61,17 @@ def _iteration(run_dir: Path) -> int:
 def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_gpu(
     tmp_path: Path, mode: list[str]
 ) -> None:
-    """CUDA run to 6 iterations, resume to 10 (counter continues), then eval and ONNX export on CPU only."""
-    _run([*TINY, *mode, "algo.trainer.num_learning_iterations=6", "run_name=r"], tmp_path)
+    """CUDA run to 6 iterations, resume to 10 (counter continues), then eval and ONNX export on CPU only.
+
+    The run evaluates every 2 iterations (async: the evaluator reads the CUDA-IPC weight channel), and
+    its best.pt evaluates on CPU to the return it was kept for.
+    """
+    evaluating = [
+        "algo.trainer.eval_interval=2",
+        "algo.trainer.eval_interval_s=null",
+        "algo.trainer.eval_episodes=2",
+    ]
+    _run([*TINY, *mode, *evaluating, "algo.trainer.num_learning_iterations=6", "run_name=r"], tmp_path)
     run_dir = tmp_path / "runs" / "r"
     assert _iteration(run_dir) == 6
     if "algo.trainer.asynchronous=true" in mode:
@@ -77,6 +86,10 @@ def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_g
     onnx = tmp_path / "policy.onnx"
     _run(["export", f"checkpoint={run_dir}", "format=onnx", f"out={onnx}"], tmp_path, **no_gpu)
     assert onnx.stat().st_size > 0
+    best = run_dir / "checkpoints" / "best.pt"
+    kept_for = float(peek_checkpoint(best)["extra"]["eval_return"])
+    printed = _run(["eval", f"checkpoint={best}", "episodes=2"], tmp_path, **no_gpu)
+    assert f"mean return {kept_for:.2f}" in printed, printed
 
 
 def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: Path) -> None:
