@@ -4,11 +4,13 @@ import multiprocessing as mp
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from fastsac_async.parent import janitor as janitor_module
 from fastsac_async.parent.janitor import Janitor
 from fastsac_async.testing import janitor_parent
 from shm_transport import default_prefix
@@ -77,3 +79,35 @@ def test_a_normal_close_tidies_exited_workers_and_leaves_the_living_parents_file
     finally:
         theirs.unlink(missing_ok=True)
         mine.unlink(missing_ok=True)
+
+
+def test_an_end_of_file_just_before_the_parents_death_still_gets_the_cleanup() -> None:
+    """The pipe closes 0.5 s before the parent dies (a SIGKILL's order, slowed): the janitor still cleans."""
+    parent = subprocess.Popen(["sleep", "60"])  # the janitor's parent in all but name: it judges it by pid
+    name = f"mp-test{os.getpid()}-{parent.pid}"
+    ours = [
+        SHM / f"{default_prefix()}{parent.pid}-e0f0e0",
+        SHM / f"torch_{parent.pid}_44_0",
+        SHM / f"sem.{name}",
+    ]
+    for path in ours:
+        path.write_bytes(b"x")
+    command = [sys.executable, "-I", "-S", janitor_module.__file__, str(parent.pid), default_prefix()]
+    janitor = subprocess.Popen(command, stdin=subprocess.PIPE)
+    try:
+        assert janitor.stdin is not None
+        janitor.stdin.write(f"sem /{name}\n".encode())
+        janitor.stdin.close()  # end of file without "done", the parent still running
+        time.sleep(0.5)
+        assert janitor.poll() is None and all(p.exists() for p in ours), "nothing goes while the parent runs"
+        parent.kill()
+        parent.wait(10)
+        assert janitor.wait(10) == 0
+        assert not [p.name for p in ours if p.exists()]
+    finally:
+        for proc in (parent, janitor):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        for path in ours:
+            path.unlink(missing_ok=True)

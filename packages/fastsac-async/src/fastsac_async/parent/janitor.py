@@ -15,8 +15,12 @@ talking to it over a pipe:
   group is killed);
 * ``done`` when the run ended normally: the janitor removes the torch files of workers that have
   exited (their CUDA-IPC shares are over) and exits;
-* end of file without ``done``: the parent died. The janitor waits (bounded) until every worker it
-  was told of has exited, then removes the parent's segment names (``<prefix><parent pid>-*``),
+* end of file without ``done``: the parent died, or is dying. The kernel closes a SIGKILLed
+  process's files before it turns zombie, so the parent may still look alive at end of file (it
+  did in half the kills of a CPU run); the janitor waits (bounded, ``_PARENT_EXIT_WAIT_S``) for it
+  to be gone. A parent still there then lives on (it dropped the pipe before ``done``): only the
+  exited workers' torch files go. A parent gone: the janitor waits (bounded) until every worker
+  it was told of has exited, then removes the parent's segment names (``<prefix><parent pid>-*``),
   the torch files of the parent and of every worker, and the semaphores it was told of, and exits.
 
 It only ever removes files whose creator pid is dead and is one of this run's processes. It imports
@@ -40,6 +44,8 @@ from typing import IO
 __all__ = ["Janitor"]
 
 SHM_DIR = Path("/dev/shm")
+_PARENT_EXIT_WAIT_S = 10.0
+"""Longest wait, once the pipe closed without ``done``, for the parent to be gone (dead or zombie)."""
 _WORKERS_EXIT_WAIT_S = 60.0
 """Longest wait, after the parent died, for its workers to exit before cleaning up regardless."""
 
@@ -124,6 +130,16 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def _all_exit(pids: set[int], timeout_s: float) -> bool:
+    """Wait (bounded) until none of ``pids`` is alive; whether none is."""
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _remove(prefixes: tuple[str, ...]) -> None:
     try:
         entries = list(SHM_DIR.iterdir())
@@ -156,13 +172,13 @@ def main(argv: list[str]) -> int:
         elif word == "done":
             _remove(_torch_files(workers))
             return 0
-    if _alive(parent):  # the pipe closed, but the parent lives on (it failed before "done")
+    # End of file without "done". The kernel closes a killed process's files before it turns zombie,
+    # so the parent may still look alive here: give it time to finish dying (Note [janitor]).
+    if not _all_exit({parent}, _PARENT_EXIT_WAIT_S):  # it lives on: it dropped the pipe before "done"
         _remove(_torch_files(workers))
         return 0
-    # End of file without "done": the parent died.
-    deadline = time.monotonic() + _WORKERS_EXIT_WAIT_S
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # The parent died.
+    _all_exit(workers, _WORKERS_EXIT_WAIT_S)
     _remove((f"{prefix}{parent}-", *_torch_files(workers | {parent})))
     for name in semaphores:
         with contextlib.suppress(OSError):
