@@ -95,6 +95,22 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
 
 
 @pytest.mark.slow
+def test_once_every_worker_is_ready_the_run_has_no_name_left_in_dev_shm(tmp_path: Path) -> None:
+    """After boot the run's segments and semaphores are unlinked: its workers map them as deleted files."""
+    mapped: list[str] = []
+
+    def on_stats(stats: EngineStats) -> None:  # every tick comes after the boot
+        for log in [] if mapped else (tmp_path / "logs").glob("*.log"):
+            for pid in re.findall(r"started \(pid (\d+)", log.read_text()):
+                maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+                mapped.extend(line.split("/dev/shm/", 1)[1] for line in maps if "/dev/shm/" in line)
+
+    run_engine(_spec(tmp_path, 2, 1, 20), on_stats)
+    assert any(name.startswith("sem.") for name in mapped), mapped  # its queues' and handshake's
+    assert all(name.endswith(" (deleted)") for name in mapped), mapped
+
+
+@pytest.mark.slow
 def test_time_limit_stops_the_run_and_says_so(tmp_path: Path) -> None:
     """time_limit_s ends an unbounded run early, with stop_reason "time_limit" and a final checkpoint."""
     spec = _with_run(_spec(tmp_path, 1, 1, 10**9), time_limit_s=2.0)

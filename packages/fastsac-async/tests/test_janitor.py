@@ -1,5 +1,6 @@
 """The janitor removes what a SIGKILLed parent left in /dev/shm, and only that (Note [janitor])."""
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -111,3 +112,24 @@ def test_an_end_of_file_just_before_the_parents_death_still_gets_the_cleanup() -
                 proc.wait(10)
         for path in ours:
             path.unlink(missing_ok=True)
+
+
+def test_semaphores_made_in_the_block_lose_their_names_on_unlink_and_keep_working() -> None:
+    """unlink_semaphores(): the block's semaphore names leave /dev/shm; the semaphores still work, once."""
+    janitor = Janitor.start(default_prefix())
+    try:
+        with janitor.semaphores_made():
+            lock = mp.get_context("spawn").Lock()
+        outside = mp.get_context("spawn").Lock()  # made after the block: not the janitor's
+        names = [SHM / f"sem.{semaphore._semlock.name[1:]}" for semaphore in (lock, outside)]  # type: ignore[attr-defined]
+        assert all(path.exists() for path in names)
+        janitor.unlink_semaphores()
+        janitor.unlink_semaphores()  # idempotent
+        assert not names[0].exists() and names[1].exists()
+        assert lock.acquire(timeout=1.0)
+        lock.release()
+        del lock, outside  # multiprocessing's finalizers: the first has run already, the second unlinks
+        gc.collect()
+        assert not names[1].exists()
+    finally:
+        janitor.close()

@@ -14,14 +14,16 @@
    request or time limit (stop flag), fail on any worker that exits non-zero, finish when every
    learner is done.
 4. Names: once every worker reported ready (so every one has attached), the parent unlinks every
-   segment name (create -> attach all -> unlink): the mappings live on, and /dev/shm holds nothing
-   of the run from then on, whatever crashes later (the parent included).
+   segment name and the name of every semaphore of the queues and the handshake (create -> attach
+   all -> unlink): the mappings live on, and /dev/shm holds nothing of the run from then on,
+   whatever crashes later (the parent included, its janitor too).
 5. Shut down (always, bounded, idempotent, each step isolated so none can skip the next): stop
    flag; join collectors and the evaluator (the weight readers); let the learners exit (a CUDA-IPC
    allocation must outlive its consumers); join learners; kill what is left (its stacks go to its
    log first). ``should_abort`` cuts the joins short: a stop at once, with no final checkpoint.
-   Then close the queues, the handshake and every segment (and unlink any name still there after a
-   failed boot).
+   Then close the queues, the handshake and every segment, and unlink any name still there after a
+   failed boot (segments and semaphores: the objects may live on in a traceback, their names do
+   not), before the janitor is told the run is done.
 6. A janitor process, started before anything is allocated and told every worker's pid, removes
    what a SIGKILLed parent could not (Note [janitor]).
 """
@@ -164,8 +166,9 @@ class AsyncEngine:
                     updates=control.updates, stopped_early=True, stop_reason="stopped_during_boot",
                 )  # fmt: skip
             # Every worker has attached: drop the names now, so no crash (not even the parent's)
-            # can leave a segment behind in /dev/shm.
+            # can leave a segment or a semaphore behind in /dev/shm.
             segments.unlink()
+            janitor.unlink_semaphores()
             # Collectors' queues first: a tick built from learner 0's snapshot then holds the collector
             # snapshots sent before it (the last tick included).
             ordered = [queues[name] for name in readers + self._learners]
@@ -189,7 +192,14 @@ class AsyncEngine:
                     q.close()
                     q.cancel_join_thread()
 
-            for step in (stop_workers, handshake.close, close_queues, segments.release, janitor.close):
+            for step in (
+                stop_workers,
+                handshake.close,
+                close_queues,
+                segments.release,
+                janitor.unlink_semaphores,
+                janitor.close,
+            ):
                 try:
                     step()
                 except Exception:  # the next steps still run: nothing of the run may outlive it

@@ -1,18 +1,19 @@
 """The janitor: a small process that removes what a run left in /dev/shm when its parent dies.
 
 # Note [janitor]
-The parent unlinks every segment name once all workers attached (Note [engine lifecycle]), but two
-things can outlive a parent that is SIGKILLed: the names of a run killed during boot, and torch's
-CUDA-IPC reference-count files (``/dev/shm/torch_<pid>_<n>_<k>``), which torch removes only when
-the sharing process exits normally. Nobody of the run is left to remove them: the workers die with
-the parent (``PR_SET_PDEATHSIG``). So the parent starts one janitor first, detached from the
-terminal and the process group by ``setsid`` (a terminal's Ctrl+C or hang-up does not reach it),
-talking to it over a pipe:
+The parent unlinks every segment and semaphore name once all workers attached (Note [engine
+lifecycle]), but two things can outlive a parent that is SIGKILLed: the names of a run killed
+during boot, and torch's CUDA-IPC reference-count files (``/dev/shm/torch_<pid>_<n>_<k>``), which
+torch removes only when the sharing process exits normally. Nobody of the run is left to remove
+them: the workers die with the parent (``PR_SET_PDEATHSIG``), and multiprocessing's resource
+tracker, which would unlink the semaphores, is in the parent's process group, which a job's kill
+reaches as a whole. So the parent starts one janitor first, detached from the terminal and the
+process group by ``setsid`` (a terminal's Ctrl+C, a hang-up or a kill of the group does not reach
+it), talking to it over a pipe:
 
 * ``pid N`` for every worker it spawns;
-* ``sem NAME`` for every POSIX semaphore the parent made for the run (its queues and handshake;
-  multiprocessing's resource tracker would unlink them, but it dies too when the whole process
-  group is killed);
+* ``sem NAME`` for every POSIX semaphore the parent made for the run (its queues and handshake),
+  ``unsem NAME`` once the parent unlinked it itself (:meth:`Janitor.unlink_semaphores`);
 * ``done`` when the run ended normally: the janitor removes the torch files of workers that have
   exited (their CUDA-IPC shares are over) and exits;
 * end of file without ``done``: the parent died, or is dying. The kernel closes a SIGKILLed
@@ -21,12 +22,14 @@ talking to it over a pipe:
   to be gone. A parent still there then lives on (it dropped the pipe before ``done``): only the
   exited workers' torch files go. A parent gone: the janitor waits (bounded) until every worker
   it was told of has exited, then removes the parent's segment names (``<prefix><parent pid>-*``),
-  the torch files of the parent and of every worker, and the semaphores it was told of, and exits.
+  the torch files of the parent and of every worker, and the semaphores still named to it, and
+  exits.
 
 It only ever removes files whose creator pid is dead and is one of this run's processes. It imports
 nothing but the standard library and runs as a script (``python janitor.py``), so it starts in tens
-of milliseconds and holds no torch state. A janitor that is itself SIGKILLed leaves the next run's
-start-up sweep as the backstop for segment names.
+of milliseconds and holds no torch state. A janitor that is itself SIGKILLed (a kill of the whole
+cgroup, as systemd-oomd or a container's OOM group kill does) leaves the next run's start-up sweep
+as the backstop for segment names, and a run killed during boot then leaves its semaphores.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["Janitor"]
 
@@ -60,6 +63,8 @@ class Janitor:
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self._process = process
         self._pipe: IO[bytes] | None = process.stdin
+        self._semaphores: dict[str, Callable[[], object]] = {}
+        """Each semaphore made in :meth:`semaphores_made` and not unlinked yet: its name, its finalizer."""
 
     @classmethod
     def start(cls, prefix: str) -> Janitor:
@@ -82,23 +87,47 @@ class Janitor:
     def semaphores_made(self) -> Iterator[None]:
         """Tell the janitor the name of every semaphore this process makes inside the block.
 
-        multiprocessing registers each new semaphore with its resource tracker; inside the block
-        that registration also names it to the janitor. Use it in the parent's main thread.
+        multiprocessing gives each new named semaphore a finalizer that unlinks the name (when the
+        semaphore is garbage-collected, or at exit); inside the block each is also named to the
+        janitor, and its finalizer kept for :meth:`unlink_semaphores`. Use it in the parent's main
+        thread.
         """
-        from multiprocessing import resource_tracker
+        from multiprocessing import synchronize, util
 
-        register = resource_tracker.register
+        finalize = util.Finalize
 
-        def register_and_tell(name: Sized, rtype: str) -> None:
-            register(name, rtype)
-            if rtype == "semaphore":
-                self._send(f"sem {name}\n")
+        def finalize_and_tell(
+            obj: object,
+            callback: Callable[..., object],
+            args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None,
+            exitpriority: int | None = None,
+        ) -> Callable[[], object]:
+            finalizer = finalize(obj, callback, args, kwargs, exitpriority)
+            if isinstance(obj, synchronize.SemLock) and args:  # SemLock: Finalize(self, _cleanup, (name,))
+                self._semaphores[str(args[0])] = finalizer
+                self._send(f"sem {args[0]}\n")
+            return finalizer
 
-        resource_tracker.register = register_and_tell
+        util.Finalize = finalize_and_tell  # type: ignore[misc, assignment]
         try:
             yield
         finally:
-            resource_tracker.register = register
+            util.Finalize = finalize  # type: ignore[misc]
+
+    def unlink_semaphores(self) -> None:
+        """Unlink the name of every semaphore made in :meth:`semaphores_made` now (idempotent).
+
+        Call it once every process that uses them opened them (every worker is ready), or once none
+        will any more: a semaphore keeps working wherever it is open, and its name survives no crash.
+        Each goes through multiprocessing's own finalizer (unlink, then unregister from the resource
+        tracker), which then does nothing more at garbage collection or exit.
+        """
+        while self._semaphores:
+            name, finalizer = self._semaphores.popitem()
+            with contextlib.suppress(OSError):  # already gone: nothing to unlink
+                finalizer()
+            self._send(f"unsem {name}\n")
 
     def close(self, timeout_s: float = 5.0) -> None:
         """The run ended normally: the janitor tidies the exited workers' torch files and exits (bounded)."""
@@ -167,8 +196,12 @@ def main(argv: list[str]) -> int:
         word, _, value = line.strip().partition(" ")
         if word == "pid" and value.isdigit():
             workers.add(int(value))
-        elif word == "sem" and value.startswith("/") and "/" not in value[1:]:
-            semaphores.add(f"sem.{value[1:]}")  # POSIX semaphore /NAME is /dev/shm/sem.NAME
+        elif word in ("sem", "unsem") and value.startswith("/") and "/" not in value[1:]:
+            name = f"sem.{value[1:]}"  # POSIX semaphore /NAME is /dev/shm/sem.NAME
+            if word == "sem":
+                semaphores.add(name)
+            else:  # the parent unlinked it itself
+                semaphores.discard(name)
         elif word == "done":
             _remove(_torch_files(workers))
             return 0
