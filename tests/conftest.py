@@ -2,6 +2,10 @@
 
 No process of the run alive, no segment of the run left in /dev/shm, the named worker, the exit code,
 and the time to stop.
+
+A run's own /dev/shm names are told apart from every other process's without touching any: its
+segments carry their creator's pid, and the rest (multiprocessing's semaphores, ``sem.mp-<random>``)
+are the names the run's processes map, read from ``/proc/<pid>/maps`` while they live.
 """
 
 from __future__ import annotations
@@ -75,6 +79,26 @@ class RunEnd:
         return {p for p in tree if _alive(p)}
 
     @staticmethod
+    def shm_names(pids: Collection[int]) -> set[str]:
+        """The /dev/shm names that ``pids`` map now (a name already unlinked is not one), from /proc."""
+        names: set[str] = set()
+        for pid in pids:
+            try:
+                maps = Path(f"/proc/{pid}/maps").read_text()
+            except OSError:  # gone, or not ours to read
+                continue
+            for line in maps.splitlines():
+                path = line.split(maxsplit=5)[5:]
+                if path and path[0].startswith(f"{_SHM}/") and not path[0].endswith(" (deleted)"):
+                    names.add(path[0].removeprefix(f"{_SHM}/"))
+        return names
+
+    @staticmethod
+    def left_in_shm(*, creators: Collection[int], names: Collection[str] = ()) -> list[str]:
+        """What of a run is still in /dev/shm: the segments ``creators`` made, and any of ``names``."""
+        return sorted({*_segments_of(set(creators)), *(name for name in names if (_SHM / name).exists())})
+
+    @staticmethod
     def check(
         *,
         processes: Collection[int],
@@ -87,6 +111,7 @@ class RunEnd:
         message: str = "",
         creators: Collection[int] = (),
         settle_s: float = 0.0,
+        names: Collection[str] = (),
     ) -> float | None:
         """Assert the run is over and clean; returns its time to stop (seconds from the fault).
 
@@ -101,6 +126,7 @@ class RunEnd:
             message: What the run said about the failure (stderr line, exception text).
             creators: Pids whose /dev/shm segments must be gone, besides ``processes``.
             settle_s: Seconds to wait once the processes are gone before looking at /dev/shm.
+            names: /dev/shm names of the run (:meth:`shm_names`) that must be gone too.
         """
         start = time.monotonic() if fault_at is None else fault_at
         deadline = start + bound_s
@@ -112,7 +138,7 @@ class RunEnd:
         alive = sorted(pid for pid in processes if _alive(pid))
         assert not alive, f"processes of the run still alive {bound_s} s after the fault: {alive}"
         time.sleep(settle_s)
-        left = _segments_of({*processes, *creators})
+        left = RunEnd.left_in_shm(creators={*processes, *creators}, names=names)
         assert not left, f"segments of the run left in /dev/shm: {left}"
         allowed = expected_exit if isinstance(expected_exit, tuple) else (expected_exit,)
         assert exit_code in allowed, f"exit code {exit_code}, expected {expected_exit}: {message}"

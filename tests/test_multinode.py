@@ -2,11 +2,13 @@
 
 Each host runs one CPU (gloo) learner and two collectors on the tiny pendulum task. Processes are
 found through /proc (a torchrun worker runs in its own session, so the conftest guard, which sees
-only descendants, could miss what it leaves): every one of a host's processes must be gone at the end.
+only descendants, could miss what it leaves): every one of a host's processes must be gone at the end,
+and every /dev/shm name they made or mapped (``run_end``), however the host ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -16,6 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,28 +48,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _descendants(pid: int) -> set[int]:
-    """``pid`` and its live descendants (zombies excluded), read from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] not in ("Z", "X"):
-                parents[int(entry.name)] = int(fields[1])
-    tree, frontier = {pid}, {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - tree
-        tree |= frontier
-    return {p for p in tree if p in parents}
+def _children(pid: int) -> set[int]:
+    """The child processes of ``pid`` (Linux lists them per thread, in /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found.update(int(child) for child in (task / "children").read_text().split())
+    return found
 
 
 class _Host:
     """One host's ``torchrun --nnodes N --node-rank R ... apps/trainer/__main__.py`` (output to files)."""
 
-    def __init__(self, cwd: Path, rank: int, nnodes: int, port: int, args: Sequence[str]) -> None:
+    def __init__(
+        self, cwd: Path, rank: int, nnodes: int, port: int, args: Sequence[str], run_end: Any
+    ) -> None:
         self.out_path, self.err_path = cwd / f"host{rank}.out", cwd / f"host{rank}.err"
         command = [
             sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", "--nproc-per-node=1",
@@ -76,15 +72,19 @@ class _Host:
         with self.out_path.open("w") as out, self.err_path.open("w") as err:
             self.proc = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, OMP_NUM_THREADS="1"),
                                          stdout=out, stderr=err)  # fmt: skip
+        self._run_end = run_end
         self.seen: set[int] = set()
+        self.names: set[str] = set()
 
     def text(self) -> str:
         """What it printed so far, stdout then stderr."""
         return self.out_path.read_text(errors="replace") + self.err_path.read_text(errors="replace")
 
     def note_processes(self) -> None:
-        """Remember every process of this host now (torchrun, the trainer, its workers, its janitor)."""
-        self.seen |= _descendants(self.proc.pid)
+        """Remember every process of this host now (torchrun, trainer, workers, janitor) and what they map."""
+        tree = self._run_end.process_tree(self.proc.pid)
+        self.seen |= tree
+        self.names |= self._run_end.shm_names(tree)
 
     def wait_for(self, pattern: str, timeout_s: float) -> None:
         """Wait (bounded) until its output holds ``pattern``."""
@@ -97,21 +97,28 @@ class _Host:
         self.note_processes()
 
     def finish(self, timeout_s: float) -> int:
-        """Wait (bounded) for torchrun's exit; its code."""
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"host did not exit within {timeout_s} s:\n{self.text()}")
+        """Wait (bounded) for torchrun's exit, noting its processes meanwhile; its code."""
+        deadline = time.monotonic() + timeout_s
+        while (code := self.proc.poll()) is None:
+            if time.monotonic() > deadline:
+                pytest.fail(f"host did not exit within {timeout_s} s:\n{self.text()}")
+            self.note_processes()
+            time.sleep(0.2)
+        return code
 
     def kill(self) -> None:
-        """SIGKILL the whole host: torchrun and the trainer's process group (its own session)."""
+        """SIGKILL what an OOM kill reaches: the trainer's process group and torchrun, not the janitor."""
+        # A kill on a live host reaches the trainer's process group at most: the OOM killer SIGKILLs the
+        # trainer (the process holding the memory) and its workers follow it (PR_SET_PDEATHSIG); a
+        # launcher or a shell that kills the job signals the group (torchrun starts the trainer in a
+        # session of its own, with its workers and multiprocessing's resource tracker). None reaches
+        # the janitor, in a session of its own by design (Note [janitor]), which cleans up after them.
+        # torchrun goes too, so that the other host loses this one (a host that is really lost, powered
+        # off, takes its /dev/shm with it: nothing to check there).
         self.note_processes()
-        for pid in _descendants(self.proc.pid) - {self.proc.pid}:
-            try:
-                if os.getpgid(pid) == pid:
-                    os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for trainer in _children(self.proc.pid):  # the leader of the trainer's group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(trainer, signal.SIGKILL)
         self.proc.kill()
 
     def close(self) -> None:
@@ -121,15 +128,16 @@ class _Host:
         self.proc.wait(timeout=30)
 
 
-def _assert_gone(hosts: Sequence[_Host], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    left: set[int] = set()
-    while time.monotonic() < deadline:
-        left = {p for h in hosts for p in h.seen if _descendants(p)}  # alive: not gone, no zombie
-        if not left:
-            return
-        time.sleep(0.2)
-    pytest.fail(f"processes left: {sorted(left)}")
+def _assert_gone(hosts: Sequence[_Host], run_end: Any, timeout_s: float = 30.0) -> None:
+    """Every process of the hosts is gone within ``timeout_s`` (janitors included), then every name of theirs.
+
+    Their names: the /dev/shm segments they made and every name they mapped (the exit codes are each
+    test's to check).
+    """
+    run_end.check(
+        processes={p for h in hosts for p in h.seen}, exit_code=None, expected_exit=None,
+        bound_s=timeout_s, names={n for h in hosts for n in h.names},
+    )  # fmt: skip
 
 
 def _run_folder(cwd: Path) -> Path:
@@ -148,11 +156,11 @@ def _done_line(log: Path, last: bool = False) -> tuple[int, int, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_hosts_train_as_one_run_with_identical_learners(tmp_path: Path) -> None:
+def test_two_hosts_train_as_one_run_with_identical_learners(tmp_path: Path, run_end: Any) -> None:
     """Two torchrun hosts: both advance, run the same updates, end with the same actor; one run folder."""
     port = _free_port()
     args = [*TINY, "algo.trainer.num_learning_iterations=30"]
-    hosts = [_Host(tmp_path, r, 2, port, args) for r in (0, 1)]
+    hosts = [_Host(tmp_path, r, 2, port, args, run_end) for r in (0, 1)]
     try:
         for host in hosts:
             host.wait_for("] it ", 300.0)
@@ -171,17 +179,17 @@ def test_two_hosts_train_as_one_run_with_identical_learners(tmp_path: Path) -> N
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000030.pt"]
     assert not list((run / "host1" / "checkpoints").iterdir()) and not list((run / "host1").glob("events.*"))
     assert list(run.glob("events.*"))
-    _assert_gone(hosts)
+    _assert_gone(hosts, run_end)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("victim", [1, 0], ids=["host1", "host0-serving-the-store"])
-def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path, victim: int) -> None:
-    """SIGKILL one host mid-run: the other stops within the bound, names the lost host, leaves nothing."""
+def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path, run_end: Any, victim: int) -> None:
+    """SIGKILL a host as an OOM kill would: the other stops in the bound, names it; nothing of either left."""
     port = _free_port()
     args = [*TINY, "algo.trainer.num_learning_iterations=1000000"]
-    hosts = [_Host(tmp_path, r, 2, port, args) for r in (0, 1)]
+    hosts = [_Host(tmp_path, r, 2, port, args, run_end) for r in (0, 1)]
     survivor = hosts[1 - victim]
     try:
         for host in hosts:
@@ -200,16 +208,18 @@ def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path, victim:
     run = _run_folder(tmp_path)
     log = run / ("logs" if victim == 1 else "host1/logs") / "trainer.log"
     assert f"host {victim} lost" in log.read_text()
-    _assert_gone(hosts)
+    _assert_gone(hosts, run_end)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_ctrl_c_on_one_hosts_torchrun_stops_every_host_with_a_final_checkpoint(tmp_path: Path) -> None:
+def test_ctrl_c_on_one_hosts_torchrun_stops_every_host_with_a_final_checkpoint(
+    tmp_path: Path, run_end: Any
+) -> None:
     """SIGINT to host 1's torchrun (Ctrl+C on its terminal): both trainers stop, rank 0 checkpoints."""
     port = _free_port()
     args = [*TINY, "algo.trainer.num_learning_iterations=1000000"]
-    hosts = [_Host(tmp_path, r, 2, port, args) for r in (0, 1)]
+    hosts = [_Host(tmp_path, r, 2, port, args, run_end) for r in (0, 1)]
     try:
         for host in hosts:
             host.wait_for("] it ", 300.0)
@@ -227,14 +237,15 @@ def test_ctrl_c_on_one_hosts_torchrun_stops_every_host_with_a_final_checkpoint(t
     final = re.search(r"done: iterations=(\d+)", hosts[0].text())
     assert final, hosts[0].text()
     assert (run / "checkpoints" / f"model_{int(final.group(1)):07d}.pt").is_file()
-    _assert_gone(hosts)
+    _assert_gone(hosts, run_end)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_one_host_under_torchrun_is_a_plain_run(tmp_path: Path) -> None:
+def test_one_host_under_torchrun_is_a_plain_run(tmp_path: Path, run_end: Any) -> None:
     """Torchrun --nnodes 1: the trainer runs as without torchrun (no store, no host folders)."""
-    host = _Host(tmp_path, 0, 1, _free_port(), [*TINY, "algo.trainer.num_learning_iterations=12"])
+    args = [*TINY, "algo.trainer.num_learning_iterations=12"]
+    host = _Host(tmp_path, 0, 1, _free_port(), args, run_end)
     try:
         assert host.finish(300.0) == 0, host.text()
     finally:
@@ -243,15 +254,15 @@ def test_one_host_under_torchrun_is_a_plain_run(tmp_path: Path) -> None:
     assert "run across" not in host.text()
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000012.pt"]
     assert not list(run.glob("host*"))
-    _assert_gone([host])
+    _assert_gone([host], run_end)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_hosts_that_disagree_stop_before_anything_starts(tmp_path: Path) -> None:
+def test_hosts_that_disagree_stop_before_anything_starts(tmp_path: Path, run_end: Any) -> None:
     """Hosts with different env counts: every host stops with one line naming the setting and both values."""
     port = _free_port()
-    hosts = [_Host(tmp_path, r, 2, port, [*TINY, f"task.num_envs={2 * (r + 1)}"]) for r in (0, 1)]
+    hosts = [_Host(tmp_path, r, 2, port, [*TINY, f"task.num_envs={2 * (r + 1)}"], run_end) for r in (0, 1)]
     try:
         codes = [host.finish(300.0) for host in hosts]
     finally:
