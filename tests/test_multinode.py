@@ -279,11 +279,11 @@ def test_hosts_that_disagree_stop_before_anything_starts(tmp_path: Path, run_end
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_hosts_resume_their_run_folder_and_continue_as_one_run(tmp_path: Path) -> None:
+def test_two_hosts_resume_their_run_folder_and_continue_as_one_run(tmp_path: Path, run_end: Any) -> None:
     """resume=<run folder> on both hosts: both continue from rank 0's checkpoint, identical, to the budget."""
     first = [*TINY, "algo.trainer.num_learning_iterations=16", "run_name=r"]
     port = _free_port()
-    hosts = [_Host(tmp_path, r, 2, port, first) for r in (0, 1)]
+    hosts = [_Host(tmp_path, r, 2, port, first, run_end) for r in (0, 1)]
     try:
         codes = [host.finish(300.0) for host in hosts]
         assert codes == [0, 0], [h.text() for h in hosts]
@@ -295,7 +295,7 @@ def test_two_hosts_resume_their_run_folder_and_continue_as_one_run(tmp_path: Pat
 
     port = _free_port()
     again = [f"resume={run}", "algo.trainer.num_learning_iterations=28"]
-    hosts = [_Host(tmp_path, r, 2, port, again) for r in (0, 1)]
+    hosts = [_Host(tmp_path, r, 2, port, again, run_end) for r in (0, 1)]
     try:
         codes = [host.finish(300.0) for host in hosts]
         assert codes == [0, 0], [h.text() for h in hosts]
@@ -309,4 +309,4 @@ def test_two_hosts_resume_their_run_folder_and_continue_as_one_run(tmp_path: Pat
     other = _done_line(run / "host1" / "logs" / "learner0.log", last=True)
     assert primary == other and primary[0] == 28, (primary, other)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["model_0000016.pt", "model_0000028.pt"]
-    _assert_gone(hosts)
+    _assert_gone(hosts, run_end)
