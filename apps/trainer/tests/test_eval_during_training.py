@@ -92,6 +92,31 @@ def test_sync_run_evaluates_every_eval_interval_and_a_resume_keeps_the_better_be
     assert refused.returncode == 2 and "is a policy checkpoint" in refused.stderr, refused.stderr
 
 
+@pytest.mark.slow
+def test_evaluating_leaves_the_synchronous_training_unchanged(tmp_path: Path) -> None:
+    """Same seed, evaluation every 10 iterations or none: the trained actors are identical, bit for bit."""
+    sync = [
+        *TINY,
+        "algo.trainer.asynchronous=false",
+        "algo.trainer.num_learning_iterations=30",
+        "runs_root=runs",
+    ]
+    _trainer(
+        [*sync, "algo.trainer.eval_interval=10", "algo.trainer.eval_episodes=2", "run_name=on"], tmp_path
+    )
+    _trainer(
+        [*sync, "algo.trainer.eval_interval=null", "algo.trainer.eval_interval_s=null", "run_name=off"],
+        tmp_path,
+    )
+    assert _eval_steps(tmp_path / "runs" / "on") == [20, 40, 60]
+    actors = [
+        load_policy(tmp_path / "runs" / r / "checkpoints" / "model_0000030.pt")[0].actor
+        for r in ("on", "off")
+    ]
+    for (name, a), b in zip(actors[0].state_dict().items(), actors[1].state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

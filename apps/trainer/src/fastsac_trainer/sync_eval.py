@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import torch
+
 from fastsac_async import EvalSettings, Evaluator
 from fastsac_async.spec import best_checkpoint_file
 from fastsac_core import FastSACAgent, InferencePolicy
@@ -48,7 +50,8 @@ class InlineEvaluation:
         if not self._evaluator.due(iteration):
             return None
         self._policy.load_flat(agent.flatten_actor_params(), agent.policy_extras())
-        report = self._evaluator.evaluate(gstep=iteration, should_stop=should_stop)
+        with torch.random.fork_rng(devices=[]):  # the training's random stream is not the evaluation's
+            report = self._evaluator.evaluate(gstep=iteration, should_stop=should_stop)
         if report is None:
             return None
         log.info("evaluation at iteration %d: %s", iteration, report)

@@ -43,7 +43,11 @@ class InferencePolicy:
         amp: bool = False,
     ) -> None:
         self.device = torch.device(device)
-        self.actor = build_actor(dims, cfg).to(self.device).eval().requires_grad_(False)
+        # Its weights are always loaded (load_flat) before use, so building it must not move the caller's
+        # random stream: an evaluator built beside the synchronous trainer would change its training.
+        with torch.random.fork_rng(devices=[]):
+            actor = build_actor(dims, cfg)
+        self.actor = actor.to(self.device).eval().requires_grad_(False)
         self.normalizer = EmpiricalNormalizer(
             dims.obs_dim, cfg.normalizer_eps, enabled=cfg.obs_normalization, device=self.device
         )
