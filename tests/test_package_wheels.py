@@ -76,7 +76,14 @@ def test_wheel_installs_alone_and_passes_its_own_tests(package: str, tmp_path: P
         installed = _run(install, tmp_path, 600)
     assert installed.returncode == 0, installed.stderr
     listed = _run([uv, "pip", "list", "--python", str(python), "--format", "freeze"], tmp_path, 60)
-    workspace = {"numa-bind", "shm-transport", "topology", "fastsac-core", "fastsac-async", "trainer"}
+    workspace = {
+        "numa-bind",
+        "shm-transport",
+        "fastsac-topology",
+        "fastsac-core",
+        "fastsac-async",
+        "fastsac-trainer",
+    }
     names = {line.partition("==")[0].lower().replace("_", "-") for line in listed.stdout.splitlines()}
     assert names & workspace == {package}, (
         f"only {package} of the workspace is installed: {names & workspace}"

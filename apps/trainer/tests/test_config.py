@@ -123,6 +123,14 @@ def test_yaml_booleans_are_accepted_for_switches() -> None:
     assert cfg["algo"]["trainer"]["async_options"]["weight_ipc"] == "off"
 
 
+def test_v_min_v_max_are_checked_only_when_the_critic_uses_them() -> None:
+    """v_min >= v_max is refused with fixed supports, accepted with reward normalisation (they go unused)."""
+    equal = ("task=pendulum", "algo.agent.v_min=5", "algo.agent.v_max=5")
+    with pytest.raises(ConfigError, match=r"algo\.agent\.v_min"):
+        validate_config(_cfg(*equal), cuda_count=0)
+    validate_config(_cfg(*equal, "algo.agent.reward_normalization=true"), cuda_count=0)
+
+
 def test_cuda_without_cuda_is_refused() -> None:
     """device=cuda on a machine with no CUDA device says so and suggests cpu."""
     cfg = _cfg("task=pendulum", "algo.trainer.device=cuda")

@@ -20,5 +20,5 @@ _HOMES = {"TrainerAppError": "fastsac_trainer.config.exceptions"}
 
 def __getattr__(name: str) -> Any:
     if name not in __all__:
-        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+        raise AttributeError(f"module 'fastsac_trainer' has no attribute {name!r}")
     return getattr(importlib.import_module(_HOMES.get(name, "fastsac_trainer.api")), name)

@@ -2,7 +2,7 @@
 
 An :class:`AsyncOptions` checks its own values when it is built (one rule per field, below): every
 layer above (the engine, the app) trusts a record that exists. The count rules between settings
-(``num_envs % num_collectors`` and the like) are topology's (``topology.check_counts``).
+(``num_envs % num_collectors`` and the like) are topology's (``fastsac_topology.check_counts``).
 """
 
 from __future__ import annotations

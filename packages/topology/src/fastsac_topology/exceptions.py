@@ -9,7 +9,7 @@ class TopologyError(ValueError):
     """The requested counts, devices or CPU budget cannot form a valid placement.
 
     The message names the offending values and what to change (for instance the valid
-    collector counts for this ``num_envs``). A count rule (``topology.check_counts``) also says
+    collector counts for this ``num_envs``). A count rule (``fastsac_topology.check_counts``) also says
     which setting it blames, so a caller can word the error its own way.
 
     Attributes:

@@ -1,6 +1,6 @@
 """The placement printed before anything spawns: topology's plan for the async trainer.
 
-:func:`resolve_placement` is the one way the app resolves it: ``topology.resolve_trainer_topology``
+:func:`resolve_placement` is the one way the app resolves it: ``fastsac_topology.resolve_trainer_topology``
 with the host layout from ``numa_bind.discover_host()``, for a resolved run (the CLI, before the
 run folder exists) or a :class:`~fastsac_trainer.plan.RunPlan` built without one. Invalid layouts come back
 as one :class:`~fastsac_trainer.config.exceptions.TrainerAppError` line.

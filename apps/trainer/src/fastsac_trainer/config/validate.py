@@ -2,8 +2,8 @@
 
 Types are already checked by hydra against the schema. Each rule lives in one place: the app's
 own settings (task, trainer, console, the agent's ranges, the devices on this machine) are checked
-here; ``fastsac_async.AsyncOptions`` checks its fields when it is built, ``topology.check_counts``
-owns the count rules (``num_envs % num_collectors`` ...) and ``topology.check_learner_devices`` the
+here; ``fastsac_async.AsyncOptions`` checks its fields when it is built, ``fastsac_topology.check_counts``
+owns the count rules (``num_envs % num_collectors`` ...) and ``fastsac_topology.check_learner_devices`` the
 learner device list. Their errors come back here and are worded as the app's (the key path, the
 value seen, the fix).
 """
@@ -117,7 +117,7 @@ _COUNT_PATHS = {
     "num_learners": f"{_OPTS}.num_learners",
     "batch_size": "algo.agent.batch_size",
 }
-"""Key path of each count ``topology.check_counts`` names."""
+"""Key path of each count ``fastsac_topology.check_counts`` names."""
 
 
 def async_options(node: Mapping[str, Any]) -> AsyncOptions:
@@ -195,7 +195,7 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
         if not ok(value):
             raise ConfigError(path, value, fix)
     agent = cfg["algo"]["agent"]
-    if not agent["v_min"] < agent["v_max"]:
+    if not agent.get("reward_normalization", False) and not agent["v_min"] < agent["v_max"]:
         raise ConfigError("algo.agent.v_min", agent["v_min"], f"use a value below v_max={agent['v_max']}")
     async_options(opts)
     eval_settings(cfg["algo"]["trainer"])
