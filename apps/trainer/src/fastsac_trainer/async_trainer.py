@@ -156,11 +156,13 @@ def run_async(
     last_eval: EvalPoint | None = None
 
     def on_stats(stats: EngineStats) -> None:
-        # One report per global step: the learner reports its last window when it stops, then sends
-        # one more tick at the same step for the final checkpoint (an empty window: 0 updates/s).
+        # One report per global step, the step the snapshot is labelled with: the learner reports its
+        # last window when it stops, then sends one more tick at the same step for the final checkpoint
+        # (an empty window: 0 updates/s); and a tick whose learner is one step behind the engine's
+        # step is labelled with the engine's, so keying on the learner's step printed "it N" twice.
         nonlocal reported_step, last_eval
         evaluations.extend(eval_point(report, plan.num_envs) for report in stats.evaluations)
-        step = stats.learners[0].global_step  # the learner's own step (ticks drained together share one)
+        step = stats.global_step
         if step != reported_step:
             reported_step = step
             snapshot = engine_snapshot(plan, stats, per_collector)
