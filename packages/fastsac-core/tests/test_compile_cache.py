@@ -69,7 +69,7 @@ def test_a_second_process_compiling_the_same_step_hits_the_first_ones_cache(tmp_
 
 
 def test_off_disables_torch_caches_here_and_in_the_processes_it_starts() -> None:
-    """FASTSAC_COMPILE_CACHE=off, even beside a folder, disables torch caches here and for children."""
+    """FASTSAC_COMPILE_CACHE=off beside a folder: torch's caches off here and in the env children inherit."""
     done = subprocess.run(
         [sys.executable, "-c", _APPLY],
         env={**os.environ, "FASTSAC_COMPILE_CACHE": "off", "TORCHINDUCTOR_CACHE_DIR": "/tmp/elsewhere"},
