@@ -16,7 +16,7 @@ from fastsac_async import (
 from fastsac_core import FastSACConfig, peek_checkpoint
 from fastsac_trainer.async_trainer import engine_snapshot, run_async
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.tasks import MujocoEnvFactory, probe_dims
 from shm_transport import list_segments
 
@@ -24,10 +24,14 @@ from shm_transport import list_segments
 class Recorder:
     def __init__(self) -> None:
         self.snapshots: list[Snapshot] = []
+        self.evaluations: list[EvalPoint] = []
         self.checkpoints: list[Path] = []
 
     def report(self, snapshot: Snapshot) -> None:
         self.snapshots.append(snapshot)
+
+    def evaluated(self, point: EvalPoint) -> None:
+        self.evaluations.append(point)
 
     def checkpoint_saved(self, path: Path) -> None:
         self.checkpoints.append(path)

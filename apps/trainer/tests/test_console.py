@@ -24,7 +24,7 @@ from fastsac_trainer.console import (
     snapshot_line,
 )
 from fastsac_trainer.console._keys import KeyReader
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 
 
 def _snapshot(iteration: int = 50, **scalars: float) -> Snapshot:
@@ -210,12 +210,16 @@ def test_open_console_picks_plain_without_tty() -> None:
 class _Recorder:
     def __init__(self, fail_close: bool = False) -> None:
         self.snapshots: list[Snapshot] = []
+        self.evaluations: list[EvalPoint] = []
         self.paths: list[Path] = []
         self.closed = False
         self.fail_close = fail_close
 
     def report(self, snapshot: Snapshot) -> None:
         self.snapshots.append(snapshot)
+
+    def evaluated(self, point: EvalPoint) -> None:
+        self.evaluations.append(point)
 
     def checkpoint_saved(self, path: Path) -> None:
         self.paths.append(path)

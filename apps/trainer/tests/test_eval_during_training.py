@@ -61,7 +61,8 @@ def test_async_run_logs_eval_at_the_cadence_and_best_pt_reproduces_its_return(tm
     steps = _eval_steps(run_dir)
     assert len(steps) >= 2, steps
     assert all(b - a >= 50 * 2 for a, b in itertools.pairwise(steps)), f"cadence: {steps}"
-    assert (run_dir / "logs" / "evaluator.log").is_file()
+    finished = re.findall(r"EvalReport\(global_step=(\d+),", (run_dir / "logs" / "evaluator.log").read_text())
+    assert steps == [2 * int(g) for g in finished], "every finished evaluation is logged, the last included"
     best = run_dir / "checkpoints" / "best.pt"
     extra = peek_checkpoint(best)["extra"]
     assert extra["iteration"] * 2 in steps, "best.pt holds weights that were evaluated and logged"

@@ -15,7 +15,7 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.spec import TrainingRun, checkpoint_file
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.sync_trainer import run_sync
 from fastsac_trainer.tasks import get_task, probe_dims
 
@@ -51,11 +51,15 @@ class RecordingReporter:
 
     def __init__(self) -> None:
         self.snapshots: list[Snapshot] = []
+        self.evaluations: list[EvalPoint] = []
         self.checkpoints: list[Path] = []
         self.closed = False
 
     def report(self, snapshot: Snapshot) -> None:
         self.snapshots.append(snapshot)
+
+    def evaluated(self, point: EvalPoint) -> None:
+        self.evaluations.append(point)
 
     def checkpoint_saved(self, path: Path) -> None:
         self.checkpoints.append(path)

@@ -25,7 +25,7 @@ from fastsac_core import load_checkpoint
 from fastsac_core.env import BatchedEnv
 from fastsac_core.testing import make_agent
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.sync_trainer import run_sync
 from fastsac_trainer.tasks import get_task, probe_dims
 
@@ -36,9 +36,13 @@ THRESHOLD = 150.0
 class _Recorder:
     def __init__(self) -> None:
         self.snapshots: list[Snapshot] = []
+        self.evaluations: list[EvalPoint] = []
 
     def report(self, snapshot: Snapshot) -> None:
         self.snapshots.append(snapshot)
+
+    def evaluated(self, point: EvalPoint) -> None:
+        self.evaluations.append(point)
 
     def checkpoint_saved(self, path: Path) -> None:
         pass

@@ -101,3 +101,16 @@ def test_a_bad_factory_is_refused_in_one_line(
     result = _trainer(["--cfg", "job", "task=gym", override, "algo.trainer.device=cpu"], tmp_path, tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_clips_of_a_users_env_are_refused_in_one_line_before_training(
+    tmp_path: Path, point_env_dir: Path
+) -> None:
+    """eval_video_every=1 with task.env_factory (not a gymnasium id) stops before anything is written."""
+    done = _trainer([*TINY, "algo.trainer.eval_video_every=1", "runs_root=runs"], tmp_path, point_env_dir)
+    assert done.returncode == 2, done.stdout + done.stderr
+    expected = (
+        "error: algo.trainer.eval_video_every=1 is invalid: use 0: clips are rendered of gymnasium tasks"
+    )
+    assert done.stderr.startswith(expected) and "point_env" not in done.stdout, done.stderr
+    assert not (tmp_path / "runs").exists()

@@ -1,16 +1,25 @@
-"""``trainer eval video=true``: an MP4 of the deterministic policy, rendered offscreen (EGL or OSMesa)."""
+"""Videos of the deterministic policy, rendered offscreen (EGL or OSMesa).
+
+``trainer eval video=true``, and the clips of evaluations during training (``eval_video_every``).
+"""
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastsac_core import save_checkpoint
 from fastsac_core.testing import make_agent
@@ -100,3 +109,113 @@ def test_a_mujoco_gl_set_by_the_user_is_kept(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     monkeypatch.setattr(sys, "executable", "/bin/false")
     assert select_gl() == "osmesa"
+
+
+CLIP_RUN = [
+    "task=halfcheetah",  # its episodes never end early: every clip has its full frame count
+    "task.num_envs=2",
+    "task.max_episode_steps=40",
+    "algo.trainer.num_learning_iterations=160",
+    "algo.trainer.logging_interval=10",
+    "algo.trainer.save_interval=1000",
+    "algo.agent.learning_starts=10",
+    "algo.agent.batch_size=32",
+    "algo.agent.num_updates=1",
+    "algo.trainer.eval_interval_s=null",
+    "algo.trainer.eval_interval=40",
+    "algo.trainer.eval_episodes=1",
+    "algo.trainer.eval_video_every=2",
+    "algo.trainer.eval_video_steps=12",
+    "console=plain",
+    "runs_root=runs",
+    "run_name=clips",
+]
+
+
+def _gif_frames(encoded: bytes) -> list[np.ndarray]:
+    with Image.open(io.BytesIO(encoded)) as gif:
+        frames = []
+        for index in range(gif.n_frames):
+            gif.seek(index)
+            frames.append(np.asarray(gif.convert("RGB")))
+        return frames
+
+
+def _check_clips(run_dir: Path, stdout: str) -> list[int]:
+    """The global steps of the clips in videos/, each checked: 13 changing 256x256 frames, its GIF in TB."""
+    clips = sorted((run_dir / "videos").glob("eval_*.mp4"))
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    eval_steps = [int(e.step) for e in events.Scalars("eval/return")]
+    images = {int(e.step): e for e in events.Images("eval/video")}
+    gsteps = [int(c.stem.removeprefix("eval_")) for c in clips]
+    assert sorted(images) == [2 * g for g in gsteps], "one TensorBoard clip per file, at its env steps"
+    assert set(images) <= set(eval_steps), "clips are of evaluated weights"
+    for clip, gstep in zip(clips, gsteps, strict=True):
+        frames = _decode(clip)
+        assert frames.shape == (13, 256, 256, 3), "the reset state, then one frame per step"
+        changes = [np.abs(a.astype(int) - b.astype(int)).mean() for a, b in itertools.pairwise(frames)]
+        assert min(changes) > 0, "every frame differs from the one before"
+        gif = clip.with_suffix(".gif").read_bytes()
+        assert images[2 * gstep].encoded_image_string == gif
+        assert (images[2 * gstep].width, images[2 * gstep].height) == (256, 256)
+        shown = _gif_frames(gif)
+        assert len(shown) == 13 and np.abs(shown[0].astype(int) - frames[0].astype(int)).mean() < 8
+        assert f"clip runs/clips/videos/{clip.name}" in stdout, "the console names the clip"
+    assert not list((run_dir / "videos").glob(".*")), "no partial file is left"
+    return gsteps
+
+
+def _train(args: list[str], cwd: Path) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("MUJOCO_GL", None)  # chosen by the command
+    command = [sys.executable, str(APP_DIR), *args]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_async_training_records_a_clip_of_every_other_evaluation(backend: str, tmp_path: Path) -> None:
+    """Async, eval_video_every=2: the 1st evaluation leaves an MP4, a GIF and a TB clip; the 2nd none."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("MUJOCO_GL", None)  # chosen by the command
+    endless = (
+        "algo.trainer.num_learning_iterations=1000000"  # the niced evaluator sets the pace, not a budget
+    )
+    command = [
+        sys.executable,
+        str(APP_DIR),
+        *CLIP_RUN,
+        endless,
+        "algo.trainer.async_options.num_collectors=1",
+    ]
+    run_dir = tmp_path / "runs" / "clips"
+    log = run_dir / "logs" / "evaluator.log"
+    with (tmp_path / "stdout.txt").open("w+") as out:
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (log.is_file() and log.read_text().count("EvalReport(") >= 2):
+                assert proc.poll() is None and time.monotonic() < deadline, "two evaluations within 300 s"
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        out.seek(0)
+        stdout = out.read()
+    finished = [int(g) for g in re.findall(r"EvalReport\(global_step=(\d+),", log.read_text())]
+    gsteps = _check_clips(run_dir, stdout)
+    assert gsteps[:1] == finished[:1] and finished[1] not in gsteps, (finished, gsteps)
+
+
+@pytest.mark.slow
+def test_sync_training_records_clips_of_the_same_cadence(backend: str, tmp_path: Path) -> None:
+    """Sync (rendered in the trainer's process), eval_video_every=2: clips at iterations 40 and 120 of 160."""
+    stdout = _train([*CLIP_RUN, "algo.trainer.asynchronous=false"], tmp_path)
+    assert _check_clips(tmp_path / "runs" / "clips", stdout) == [40, 120]

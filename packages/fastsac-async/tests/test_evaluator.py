@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -129,9 +130,62 @@ def test_published_weights_arrive_with_the_gstep_they_were_published_at() -> Non
         ({"interval_s": 0.0}, "eval_interval_s=0.0 is invalid: use a positive number of seconds"),
         ({"interval": -2}, "eval_interval=-2 is invalid: use a positive number of iterations"),
         ({"interval_s": None, "interval": None}, "eval_interval_s=None is invalid: set eval_interval_s or"),
+        ({"video_every": -1}, "eval_video_every=-1 is invalid: use 0 .no clips. or a positive number"),
+        ({"video_every": 2}, "eval_video_every=2 is invalid: give a ClipRecorder as video, or use 0"),
     ],
 )
 def test_bad_eval_settings_are_refused_naming_the_setting(settings: dict[str, object], message: str) -> None:
     """EvalSettings refuses each bad value with the setting, the value seen and the fix."""
     with pytest.raises(AsyncConfigError, match=message.replace("(", r"\(")):
         EvalSettings(**settings)  # type: ignore[arg-type]
+
+
+class _Recorder:
+    """A clip recorder that writes the policy's first weight and the seed as text (the renderer's stand-in).
+
+    The real renderer (MuJoCo offscreen) is tested end to end in apps/trainer/tests/test_video.py.
+    """
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.calls = 0
+        self.fail_at = fail_at
+        self.stop_asked = False
+        """Set when a clip starts: a ``should_stop`` that reads it asks the clip to stop."""
+
+    def __call__(
+        self, policy: InferencePolicy, seed: int, out: Path, should_stop: Callable[[], bool]
+    ) -> int | None:
+        self.calls += 1
+        self.stop_asked = True
+        if self.calls == self.fail_at:
+            raise RuntimeError("no OpenGL context")
+        if should_stop():
+            return None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f"{next(policy.actor.parameters()).flatten()[0].item()} {seed}")
+        return 3
+
+
+def test_clips_are_of_the_first_and_every_kth_evaluation_and_a_failed_one_is_lost(tmp_path: Path) -> None:
+    """video_every=2: evaluations 1, 3, 5 get a clip of their weights; a failed or stopped clip costs only it."""
+    recorder = _Recorder(fail_at=2)
+    ev = Evaluator(
+        settings=EvalSettings(interval=1, episodes=1, seed=3, video_every=2, video=recorder),
+        policy=_policy(0.25), env_factory=FACTORY, dims=DIMS, agent=CFG, best_path=None,
+        clip_file=lambda gstep: tmp_path / f"clip_{gstep}.mp4",
+    )  # fmt: skip
+    reports = [ev.evaluate(gstep=g) for g in (10, 20, 30, 40, 50)]
+    assert all(r is not None for r in reports)
+    videos = [r.video for r in reports if r is not None]
+    assert videos == [str(tmp_path / "clip_10.mp4"), None, None, None, str(tmp_path / "clip_50.mp4")]
+    assert recorder.calls == 3, "evaluations 1, 3 (its recorder failed) and 5"
+    assert (tmp_path / "clip_10.mp4").read_text() == "0.25 3", "the evaluated weights, the eval seed"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["clip_10.mp4", "clip_50.mp4"]
+    stopping = _Recorder()
+    stopped = Evaluator(
+        settings=EvalSettings(interval=1, episodes=1, video_every=1, video=stopping),
+        policy=_policy(0.0), env_factory=FACTORY, dims=DIMS, agent=CFG, best_path=None,
+        clip_file=lambda gstep: tmp_path / "stopped" / f"{gstep}.mp4",
+    )  # fmt: skip
+    report = stopped.evaluate(gstep=1, should_stop=lambda: stopping.stop_asked)  # a stop during the clip
+    assert report is not None and report.video is None and not (tmp_path / "stopped").exists()

@@ -80,6 +80,10 @@ class RunOutcome:
         if snapshot.last_eval is not None:  # the latest evaluation, under its TensorBoard names
             self.metrics.update(eval_scalars(snapshot.last_eval))
 
+    def evaluated(self, point: Any) -> None:
+        """Keep the evaluation's scalars (it may come after the last snapshot)."""
+        self.metrics.update(eval_scalars(point))
+
     def checkpoint_saved(self, path: Path) -> None:
         """Keep the checkpoint's path."""
         self.checkpoint = path

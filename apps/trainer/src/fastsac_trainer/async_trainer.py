@@ -28,7 +28,7 @@ from fastsac_async import (
 )
 from fastsac_trainer.config.placement import resolve_placement
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
+from fastsac_trainer.reporting import EvalLog, EvalPoint, Reporter, Snapshot
 
 __all__ = ["AsyncResult", "BootView", "engine_snapshot", "eval_point", "run_async"]
 
@@ -115,6 +115,7 @@ def eval_point(report: EvalReport, num_envs: int) -> EvalPoint:
         mean_length=report.mean_length,
         best_return=report.best_return,
         seconds=report.seconds,
+        video=None if report.video is None else Path(report.video),
     )
 
 
@@ -152,24 +153,21 @@ def run_async(
     per_collector = topology.num_envs_per_collector
 
     reported_step = -1
-    evaluations: list[EvalPoint] = []  # finished, not yet in a reported snapshot
-    last_eval: EvalPoint | None = None
+    evals = EvalLog(reporter)
 
     def on_stats(stats: EngineStats) -> None:
         # One report per global step, the step the snapshot is labelled with: the learner reports its
         # last window when it stops, then sends one more tick at the same step for the final checkpoint
-        # (an empty window: 0 updates/s); and a tick whose learner is one step behind the engine's
-        # step is labelled with the engine's, so keying on the learner's step printed "it N" twice.
-        nonlocal reported_step, last_eval
-        evaluations.extend(eval_point(report, plan.num_envs) for report in stats.evaluations)
+        # (an empty window: 0 updates/s), and the engine one more for evaluations that finished after
+        # that; and a tick whose learner is one step behind the engine's step is labelled with the
+        # engine's, so keying on the learner's step printed "it N" twice. Evaluations go out every tick.
+        nonlocal reported_step
+        for report in stats.evaluations:
+            evals.add(eval_point(report, plan.num_envs))
         step = stats.global_step
         if step != reported_step:
             reported_step = step
-            snapshot = engine_snapshot(plan, stats, per_collector)
-            last_eval = evaluations[-1] if evaluations else last_eval
-            snapshot.evaluations, snapshot.last_eval = list(evaluations), last_eval
-            evaluations.clear()
-            reporter.report(snapshot)
+            evals.report(engine_snapshot(plan, stats, per_collector))
         if stats.checkpoint is not None:
             reporter.checkpoint_saved(Path(stats.checkpoint))
 

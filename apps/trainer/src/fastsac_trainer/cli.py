@@ -146,6 +146,12 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     from fastsac_trainer.launch import check_resumable, open_run_dir, run_with_console, select_trainer
 
     run, resume_from, previous_run, cuda_count, settings = composed(overrides)
+    every = run.config["algo"]["trainer"]["eval_video_every"]
+    if every and run.evaluation is not None:
+        from fastsac_trainer.rendering import select_gl
+
+        # Before the evaluator is spawned (it inherits MUJOCO_GL) and before the sync trainer renders.
+        select_gl(f"algo.trainer.eval_video_every={every}", "set algo.trainer.eval_video_every=0")
     budget = run.config["algo"]["trainer"]["num_learning_iterations"]
     resumed_at = None if resume_from is None else check_resumable(resume_from, run)
     if resumed_at is not None and resumed_at >= budget:

@@ -159,6 +159,7 @@ def eval_main(args: list[str]) -> int:
             policy, factory, Path(options.get("video_out", default_out)), seed=seed,
             max_steps=parse_int("video_steps", options.get("video_steps", "1000"), 1),
         )  # fmt: skip
+        assert video is not None  # only a should_stop stops it
         sys.stdout.write(f"video: {video.path} ({video.frames} frames, {video.fps} fps)\n")
     return 0
 

@@ -26,8 +26,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from fastsac_trainer.reporting import Reporter, Snapshot
-from fastsac_trainer.tensorboard import TensorBoardReporter, eval_scalars, logged_scalars
+from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
+from fastsac_trainer.tensorboard import VIDEO_TAG, TensorBoardReporter, eval_scalars, logged_scalars
 
 __all__ = ["LOGGERS", "WandbReporter", "open_loggers", "quote_logger_list", "wandb_missing"]
 
@@ -81,6 +81,9 @@ class WandbReporter:
         resumed_at_iteration: int | None = None,
     ) -> None:
         wandb: Any = importlib.import_module("wandb")
+        self._wandb = wandb
+        self._evals: list[EvalPoint] = []  # finished since the last snapshot
+        self._last_iteration: int | None = None
         id_file = run_dir / _ID_FILE
         known = id_file.is_file()
         if known:
@@ -121,20 +124,39 @@ class WandbReporter:
         The latest evaluation finished since the last snapshot goes into the same step, against its
         own x axis ``eval_env_steps`` (the env steps of its weights: W&B's step only moves forward).
         """
-        scalars = {**logged_scalars(snapshot), _ENV_STEPS: snapshot.env_steps}
-        if snapshot.evaluations:
-            point = snapshot.evaluations[-1]
-            scalars.update({**eval_scalars(point), _EVAL_ENV_STEPS: point.env_steps})
+        scalars: dict[str, Any] = {**logged_scalars(snapshot), _ENV_STEPS: snapshot.env_steps}
+        scalars.update(self._eval_row())
+        self._log(scalars, snapshot.iteration)
+
+    def evaluated(self, point: EvalPoint) -> None:
+        """Keep the evaluation for the next snapshot's step (or the last step, at the end)."""
+        self._evals.append(point)
+
+    def _eval_row(self) -> dict[str, Any]:
+        """The latest evaluation since the last row (its scalars, x and clip), forgetting the others."""
+        if not self._evals:
+            return {}
+        point, self._evals = self._evals[-1], []
+        row: dict[str, Any] = {**eval_scalars(point), _EVAL_ENV_STEPS: point.env_steps}
+        if point.video is not None and point.video.is_file():
+            row[VIDEO_TAG] = self._wandb.Video(str(point.video), format="mp4")
+        return row
+
+    def _log(self, row: dict[str, Any], iteration: int) -> None:
         if self._step_is_iteration:
-            self._run.log(scalars, step=snapshot.iteration, commit=True)
+            self._run.log(row, step=iteration, commit=True)
         else:
-            self._run.log(scalars)  # after a plain resume, W&B's step counts on from its last one
+            self._run.log(row)  # after a plain resume, W&B's step counts on from its last one
+        self._last_iteration = iteration
 
     def checkpoint_saved(self, path: Path) -> None:
         """Nothing to record for a checkpoint."""
 
     def close(self) -> None:
-        """Finish the W&B run (offline: its files are complete on disk)."""
+        """Log an evaluation that came after the last snapshot (one step on), then finish the W&B run."""
+        row = self._eval_row()
+        if row:
+            self._log(row, (self._last_iteration or 0) + 1)
         self._run.finish()
 
 

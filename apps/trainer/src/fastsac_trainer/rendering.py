@@ -46,10 +46,16 @@ def _probe(backend: str) -> str | None:
     return lines[-1] if lines else f"exit code {done.returncode}"
 
 
-def select_gl() -> str:
+def select_gl(setting: str = "video=true", off: str | None = None) -> str:
     """Set ``MUJOCO_GL`` (and ``PYOPENGL_PLATFORM``) to the first backend that works; its name.
 
-    Call it before anything imports ``mujoco``. A ``MUJOCO_GL`` already set is kept as it is.
+    Call it before anything renders (gymnasium reads ``MUJOCO_GL`` when it makes its renderer), best
+    before anything imports ``mujoco``; processes spawned afterwards inherit the choice. A
+    ``MUJOCO_GL`` already set is kept as it is.
+
+    Args:
+        setting: What asked for rendering, as the error names it (``video=true``).
+        off: How to do without rendering, added to the error's fixes.
 
     Raises:
         RenderingError: Neither EGL nor OSMesa renders here.
@@ -64,7 +70,7 @@ def select_gl() -> str:
             return backend
         failures.append(f"{backend}: {failure}")
     raise RenderingError(
-        f"video=true is invalid here: MuJoCo has no offscreen OpenGL ({'; '.join(failures)}); install EGL "
+        f"{setting} is invalid here: MuJoCo has no offscreen OpenGL ({'; '.join(failures)}); install EGL "
         "(libegl1 libegl-mesa0 on Debian/Ubuntu; the NVIDIA driver's on GPU hosts) or OSMesa (libosmesa6), "
-        "or set MUJOCO_GL"
+        f"or set MUJOCO_GL{'' if off is None else f', or {off}'}"
     )

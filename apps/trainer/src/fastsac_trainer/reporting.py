@@ -1,7 +1,9 @@
 """What a trainer (sync or async) hands to the app's sinks: console, TensorBoard, logs.
 
 Trainers never render; they build :class:`Snapshot` objects and pass them to a
-:class:`Reporter`. The console and the TensorBoard writer are reporters.
+:class:`Reporter`, and hand it each evaluation once, as it finishes (:class:`EvalLog`: the same
+for both trainers, so an evaluation that finishes after the last snapshot is logged too). The
+console and the TensorBoard writer are reporters.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["EvalPoint", "Reporter", "Snapshot"]
+__all__ = ["EvalLog", "EvalPoint", "Reporter", "Snapshot"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +31,8 @@ class EvalPoint:
     """Best mean return of the run so far (this one's included; ``checkpoints/best.pt`` holds it)."""
     seconds: float
     """Wall time the evaluation took."""
+    video: Path | None = None
+    """The clip recorded of the evaluated weights (``algo.trainer.eval_video_every``), its GIF beside it."""
 
 
 @dataclass(kw_only=True)
@@ -49,8 +53,6 @@ class Snapshot:
     """Per worker group (``collector0``, ``learner0``, ``sync``): stage path -> mean ms."""
     warming_up: bool = False
     """True until learning starts."""
-    evaluations: list[EvalPoint] = field(default_factory=list)
-    """Evaluations finished since the previous snapshot (loggers write each once)."""
     last_eval: EvalPoint | None = None
     """The latest evaluation of the run so far (what the console shows)."""
 
@@ -62,6 +64,10 @@ class Reporter(Protocol):
         """Take one snapshot (called every logging interval)."""
         ...
 
+    def evaluated(self, point: EvalPoint) -> None:
+        """An evaluation finished (called once for each, before the next snapshot)."""
+        ...
+
     def checkpoint_saved(self, path: Path) -> None:
         """A checkpoint was written to ``path``."""
         ...
@@ -69,3 +75,26 @@ class Reporter(Protocol):
     def close(self) -> None:
         """Flush and release."""
         ...
+
+
+class EvalLog:
+    """A trainer's evaluations: each handed to the reporter once, the latest shown with every snapshot.
+
+    Args:
+        reporter: Where each evaluation goes (:meth:`Reporter.evaluated`).
+    """
+
+    def __init__(self, reporter: Reporter) -> None:
+        self._reporter = reporter
+        self.last: EvalPoint | None = None
+        """The latest evaluation of the run so far."""
+
+    def add(self, point: EvalPoint) -> None:
+        """An evaluation finished: the reporter gets it now."""
+        self.last = point
+        self._reporter.evaluated(point)
+
+    def report(self, snapshot: Snapshot) -> None:
+        """Report ``snapshot`` with the latest evaluation."""
+        snapshot.last_eval = self.last
+        self._reporter.report(snapshot)

@@ -9,13 +9,15 @@ evaluation's seconds are logged, and the throughput of that reporting window inc
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from fastsac_async import EvalSettings, Evaluator
-from fastsac_async.spec import best_checkpoint_file
+from fastsac_async.spec import best_checkpoint_file, eval_clip_file
 from fastsac_core import FastSACAgent, InferencePolicy
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalPoint
@@ -40,7 +42,8 @@ class InlineEvaluation:
         self._policy = InferencePolicy(run.dims, plan.agent, device="cpu", deterministic=True)
         self._evaluator = Evaluator(
             settings=settings, policy=self._policy, env_factory=run.env_factory, dims=run.dims,
-            agent=plan.agent, best_path=best_checkpoint_file(run.run_dir), start_gstep=start_iteration,
+            agent=plan.agent, best_path=best_checkpoint_file(run.run_dir),
+            clip_file=functools.partial(eval_clip_file, run.run_dir), start_gstep=start_iteration,
         )  # fmt: skip
 
     def maybe_evaluate(
@@ -58,4 +61,5 @@ class InlineEvaluation:
         return EvalPoint(
             iteration=iteration, env_steps=iteration * self._num_envs, mean_return=report.mean_return,
             mean_length=report.mean_length, best_return=report.best_return, seconds=report.seconds,
+            video=None if report.video is None else Path(report.video),
         )  # fmt: skip

@@ -42,7 +42,7 @@ from fastsac_core import (
 from fastsac_core.env import BatchedEnv
 from fastsac_trainer._episode_stats import EpisodeStats
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
+from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot
 from fastsac_trainer.sync_eval import InlineEvaluation
 
 __all__ = ["SyncResult", "run_sync"]
@@ -182,15 +182,8 @@ def run_sync(
     stop_reason: StopReason = "completed"
     settings = plan.run.evaluation
     evaluation = None if settings is None else InlineEvaluation(plan, settings, iteration)
-    evals: list[EvalPoint] = []  # finished, not yet in a reported snapshot
-    last_eval: EvalPoint | None = None
-
-    def report(snapshot: Snapshot) -> None:
-        nonlocal last_eval
-        last_eval = evals[-1] if evals else last_eval
-        snapshot.evaluations, snapshot.last_eval = list(evals), last_eval
-        evals.clear()
-        reporter.report(snapshot)
+    evals = EvalLog(reporter)
+    report = evals.report
 
     try:
         obs, critic_obs = env.reset()
@@ -237,7 +230,7 @@ def run_sync(
             interval.iterations += 1
             point = None if evaluation is None else evaluation.maybe_evaluate(iteration, agent, should_stop)
             if point is not None:
-                evals.append(point)
+                evals.add(point)
 
             if iteration % run.logging_interval == 0:
                 elapsed = elapsed_before + time.perf_counter() - start
@@ -249,7 +242,7 @@ def run_sync(
                 last_saved = iteration
 
         elapsed = elapsed_before + time.perf_counter() - start
-        if iteration != last_reported or evals:
+        if iteration != last_reported:
             report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
         if iteration != last_saved or last_checkpoint is None:
             last_checkpoint = _save(plan, agent, iteration, elapsed)

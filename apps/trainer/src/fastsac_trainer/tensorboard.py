@@ -4,14 +4,16 @@ Scalars keep the names of ``Snapshot.scalars`` (the DESIGN names: ``perf/env_ste
 ``async/policy_lag``, ``rollout/mean_return``, ``train/qf_loss``, ...), with the env steps collected
 so far as the x axis, so runs with different ``task.num_envs`` line up; the iteration (full env
 batches) is the scalar ``progress/iteration``. An evaluation's ``eval/return`` and ``eval/episode_length``
-go at the env steps its weights were published at. Collector stage timings that the trainer did not
-already put into ``scalars`` are added as ``perf/collector_<stage>_ms`` (mean over collectors), the
-way the public reference names them. The run's config is written once per launch as text (``config``)
-and as hparams (dotted keys).
+go at the env steps its weights were published at, and so does its clip, if one was recorded: the GIF
+beside the MP4 as the image ``eval/video`` (TensorBoard's Images tab plays it). Collector stage
+timings that the trainer did not already put into ``scalars`` are added as
+``perf/collector_<stage>_ms`` (mean over collectors), the way the public reference names them. The
+run's config is written once per launch as text (``config``) and as hparams (dotted keys).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from fastsac_trainer.reporting import EvalPoint, Snapshot
 
 __all__ = [
     "ITERATION",
+    "VIDEO_TAG",
     "TensorBoardReporter",
     "collector_stage_means",
     "eval_scalars",
@@ -30,8 +33,12 @@ __all__ = [
     "logged_scalars",
 ]
 
+_log = logging.getLogger(__name__)
+
 ITERATION = "progress/iteration"
 """The scalar that keeps the iteration (the x axis is env steps)."""
+VIDEO_TAG = "eval/video"
+"""The image (an animated GIF) of an evaluation's clip."""
 
 
 def collector_stage_means(timing: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -110,13 +117,33 @@ class TensorBoardReporter:
             file_writer.add_summary(summary, step)
 
     def report(self, snapshot: Snapshot) -> None:
-        """Write the snapshot's scalars at ``snapshot.env_steps``, each evaluation's at its own."""
+        """Write the snapshot's scalars at ``snapshot.env_steps``."""
         for name, value in logged_scalars(snapshot).items():
             self._writer.add_scalar(name, value, snapshot.env_steps)
-        for point in snapshot.evaluations:
-            for name, value in eval_scalars(point).items():
-                self._writer.add_scalar(name, value, point.env_steps)
         self._writer.flush()
+
+    def evaluated(self, point: EvalPoint) -> None:
+        """Write the evaluation's scalars, and its clip if it has one, at ``point.env_steps``."""
+        for name, value in eval_scalars(point).items():
+            self._writer.add_scalar(name, value, point.env_steps)
+        if point.video is not None:
+            self._add_clip(point.video.with_suffix(".gif"), point.env_steps)
+        self._writer.flush()
+
+    def _add_clip(self, gif: Path, step: int) -> None:
+        """The GIF ``gif`` as the image :data:`VIDEO_TAG` at ``step`` (what ``add_video`` writes)."""
+        from PIL import Image
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        if not gif.is_file():
+            _log.warning("no GIF of the clip %s to show in TensorBoard", gif.with_suffix(".mp4"))
+            return
+        with Image.open(gif) as image:
+            width, height = image.size
+        encoded = gif.read_bytes()
+        picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encoded)
+        summary = Summary(value=[Summary.Value(tag=VIDEO_TAG, image=picture)])
+        self._writer._get_file_writer().add_summary(summary, step)  # type: ignore[no-untyped-call]
 
     def checkpoint_saved(self, path: Path) -> None:
         """Nothing to record for a checkpoint."""

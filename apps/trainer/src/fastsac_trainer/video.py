@@ -1,12 +1,20 @@
-"""An MP4 of the deterministic policy: ``trainer eval checkpoint=<run> video=true``.
+"""Videos of the deterministic policy: ``trainer eval ... video=true`` and the clips of evaluations.
 
 One episode of the run's env (reset with the eval seed), rendered offscreen by MuJoCo
 (``MUJOCO_GL`` from :func:`fastsac_trainer.rendering.select_gl`) and encoded with imageio's ffmpeg (H.264).
-Frames: the reset state, then one per step until the episode ends or ``max_steps`` steps.
+Frames: the reset state, then one per step until the episode ends or ``max_steps`` steps. A file
+appears whole or not at all (written beside, then renamed).
+
+:class:`EvalClips` is the clip recorder of evaluations during training
+(``algo.trainer.eval_video_every``): the MP4, and beside it a GIF of the same clip (at most
+:data:`GIF_MAX_FRAMES` frames, played at the episode's speed), which TensorBoard shows.
 """
 
 from __future__ import annotations
 
+import io
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +24,12 @@ import torch
 
 from fastsac_core import InferencePolicy
 
-__all__ = ["VideoInfo", "record_video"]
+__all__ = ["CLIP_SIZE", "GIF_MAX_FRAMES", "EvalClips", "VideoInfo", "gif_of", "record_video"]
+
+CLIP_SIZE = 256
+"""Width and height, in pixels, of the clips of evaluations (a multiple of 16)."""
+GIF_MAX_FRAMES = 100
+"""Most frames of a clip's GIF: every n-th frame is kept, each shown n times as long."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +53,10 @@ def record_video(
     max_steps: int,
     width: int = 480,
     height: int = 480,
-) -> VideoInfo:
-    """Render one episode of ``policy`` on the env of ``factory`` into the MP4 ``out``.
+    should_stop: Callable[[], bool] = lambda: False,
+    gif: bool = False,
+) -> VideoInfo | None:
+    """Render one episode of ``policy`` on the env of ``factory`` into the MP4 ``out``; None if stopped.
 
     Args:
         policy: The deterministic policy.
@@ -52,6 +67,8 @@ def record_video(
         max_steps: Most steps recorded.
         width: Frame width in pixels (a multiple of 16 keeps H.264 from resizing).
         height: Frame height in pixels.
+        should_stop: Polled every step; True: nothing is written and None is returned.
+        gif: Also write :func:`gif_of` the frames to ``out`` with the suffix ``.gif``.
 
     Raises:
         TrainerAppError: The env is not a gymnasium env this can render (a user's ``env_factory``).
@@ -76,6 +93,8 @@ def record_video(
         obs, _ = env.reset(seed=seed)
         frames = [env.render()]
         for _ in range(max_steps):
+            if should_stop():
+                return None
             action = policy(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))[0].cpu().numpy()
             obs, _, terminated, truncated, _ = env.step(action)
             frames.append(env.render())
@@ -85,5 +104,49 @@ def record_video(
     finally:
         env.close()
     out.parent.mkdir(parents=True, exist_ok=True)
-    iio.imwrite(out, np.stack(frames), plugin="FFMPEG", fps=fps, codec="libx264", macro_block_size=16)
+    partial = out.with_name(f".{out.stem}.partial{out.suffix}")  # the suffix tells ffmpeg the format
+    iio.imwrite(partial, np.stack(frames), plugin="FFMPEG", fps=fps, codec="libx264", macro_block_size=16)
+    os.replace(partial, out)
+    if gif:
+        gif_file = out.with_suffix(".gif")
+        partial_gif = gif_file.with_name(f".{gif_file.name}.partial")
+        partial_gif.write_bytes(gif_of(frames, fps))
+        os.replace(partial_gif, gif_file)
     return VideoInfo(out, len(frames), fps)
+
+
+def gif_of(frames: list[np.ndarray], fps: int) -> bytes:
+    """An endlessly looping GIF of ``frames`` (at most :data:`GIF_MAX_FRAMES`) at ``fps`` real speed."""
+    from PIL import Image
+
+    stride = -(-len(frames) // GIF_MAX_FRAMES)
+    kept = [Image.fromarray(frame) for frame in frames[::stride]]
+    buffer = io.BytesIO()
+    duration_ms = round(1000 * stride / fps)
+    kept[0].save(buffer, format="GIF", save_all=True, append_images=kept[1:], duration=duration_ms, loop=0)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class EvalClips:
+    """The clip recorder of evaluations during training (a ``fastsac_async.ClipRecorder``).
+
+    Args:
+        factory: The run's env factory (a :class:`~fastsac_trainer.tasks.MujocoEnvFactory`).
+        steps: Most steps of a clip (``algo.trainer.eval_video_steps``).
+        size: Width and height in pixels.
+    """
+
+    factory: object
+    steps: int
+    size: int = CLIP_SIZE
+
+    def __call__(
+        self, policy: InferencePolicy, seed: int, out: Path, should_stop: Callable[[], bool]
+    ) -> int | None:
+        """Record one episode into ``out`` (MP4) and its ``.gif``; the frames, or None if stopped."""
+        info = record_video(
+            policy, self.factory, out, seed=seed, max_steps=self.steps, width=self.size, height=self.size,
+            should_stop=should_stop, gif=True,
+        )  # fmt: skip
+        return None if info is None else info.frames

@@ -18,7 +18,7 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
 from fastsac_async.evaluator.loop import EvalReport, Evaluator, PublishedWeights
 from fastsac_async.evaluator.process import run_evaluator
-from fastsac_async.evaluator.settings import EvalSettings
+from fastsac_async.evaluator.settings import ClipRecorder, EvalSettings
 from fastsac_async.exceptions import (
     AsyncConfigError,
     AsyncEngineError,
@@ -64,6 +64,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "run_collector",
     "run_learner",
     # evaluation
+    "ClipRecorder",
     "EvalReport",
     "EvalSettings",
     "Evaluator",

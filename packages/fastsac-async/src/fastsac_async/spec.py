@@ -24,6 +24,7 @@ __all__ = [
     "checkpoint_dir",
     "checkpoint_file",
     "collector_name",
+    "eval_clip_file",
     "evaluator_name",
     "learner_name",
     "learner_threads",
@@ -171,6 +172,14 @@ def checkpoint_file(run_dir: Path, gstep: int) -> Path:
 def best_checkpoint_file(run_dir: Path) -> Path:
     """``checkpoints/best.pt``: the policy of the best evaluation so far (a policy checkpoint)."""
     return checkpoint_dir(run_dir) / "best.pt"
+
+
+def eval_clip_file(run_dir: Path, gstep: int) -> Path:
+    """``videos/eval_{gstep:07d}.mp4``: the clip of the evaluation of the weights published at ``gstep``.
+
+    The recorder writes a GIF of the same clip beside it (``.gif``, what TensorBoard shows).
+    """
+    return run_dir / "videos" / f"eval_{gstep:07d}.mp4"
 
 
 def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:

@@ -260,6 +260,6 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
         agent=agent,
         async_options=options,
         device=device,
-        evaluation=eval_settings(trainer),
+        evaluation=eval_settings(trainer, factory),
         notes=tuple(notes),
     )

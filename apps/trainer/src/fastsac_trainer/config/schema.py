@@ -124,6 +124,12 @@ class TrainerConfig:
     """Episodes per evaluation (each on an env of its own; `trainer eval` runs 10 by default too)."""
     eval_seed: int = 0
     """Seed of the evaluation envs, the same for every evaluation (`trainer eval`'s default too)."""
+    eval_video_every: int = 0
+    """Record a clip of the 1st, (K+1)-th, ... evaluation of each launch (K = this; 0: none): one
+    episode of the evaluated weights into videos/eval_<iteration>.mp4 and .gif, and TensorBoard's
+    eval/video (needs offscreen OpenGL: EGL or OSMesa, see wiki/trainer.md "Videos")."""
+    eval_video_steps: int = 300
+    """Most env steps of a clip."""
     stop_grace_s: float = 5.0
     """After a stop signal (Ctrl+C, SIGTERM, SIGHUP, checkpoint_signal), the longest wait for the final
     checkpoint and a clean exit; then the run stops at once, with no final checkpoint. Keep it below

@@ -85,6 +85,7 @@ _RULES: tuple[_Rule, ...] = (
     ("algo.trainer.save_interval", lambda v: v >= 1, "use a positive number of iterations"),
     ("algo.trainer.time_limit_s", lambda v: v is None or v > 0, "use a positive number of seconds or null"),
     ("algo.trainer.stop_grace_s", lambda v: v > 0, "use a positive number of seconds, e.g. 5"),
+    ("algo.trainer.eval_video_steps", lambda v: v >= 1, "use at least 1 step"),
     (
         "algo.trainer.checkpoint_signal",
         lambda v: v in (None, *CHECKPOINT_SIGNALS),
@@ -138,20 +139,41 @@ def async_options(node: Mapping[str, Any]) -> AsyncOptions:
         ) from None
 
 
-def eval_settings(trainer: Mapping[str, Any]) -> EvalSettings | None:
+def eval_settings(trainer: Mapping[str, Any], factory: object) -> EvalSettings | None:
     """The library record of ``algo.trainer.eval_*``; None when both intervals are null (no evaluation).
 
+    Args:
+        trainer: ``algo.trainer``.
+        factory: The run's env factory (what the clips of ``eval_video_every`` render).
+
     Raises:
-        ConfigError: A value the record refuses (its own rule), worded with the key path.
+        ConfigError: A value the record refuses (its own rule), worded with the key path, or clips
+            asked of an env that is not a gymnasium id.
     """
+    every = trainer["eval_video_every"]
     if trainer["eval_interval_s"] is None and trainer["eval_interval"] is None:
+        if every:
+            fix = "use 0, or turn evaluation on (eval_interval_s or eval_interval): clips are of evaluations"
+            raise ConfigError("algo.trainer.eval_video_every", every, fix)
         return None
+    clips = None
+    if isinstance(every, int) and every > 0:
+        from fastsac_trainer.tasks import MujocoEnvFactory
+        from fastsac_trainer.video import EvalClips
+
+        if not isinstance(factory, MujocoEnvFactory):
+            fix = (f"use 0: clips are rendered of gymnasium tasks (task.env_id), and this run's env comes "
+                   f"from {type(factory).__name__}")  # fmt: skip
+            raise ConfigError("algo.trainer.eval_video_every", every, fix)
+        clips = EvalClips(factory, trainer["eval_video_steps"])
     try:
         return EvalSettings(
             interval_s=trainer["eval_interval_s"],
             interval=trainer["eval_interval"],
             episodes=trainer["eval_episodes"],
             seed=trainer["eval_seed"],
+            video_every=every,
+            video=clips,
         )
     except AsyncConfigError as error:
         assert error.setting is not None  # every EvalSettings rule names its field
@@ -198,7 +220,6 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
     if not agent.get("reward_normalization", False) and not agent["v_min"] < agent["v_max"]:
         raise ConfigError("algo.agent.v_min", agent["v_min"], f"use a value below v_max={agent['v_max']}")
     async_options(opts)
-    eval_settings(cfg["algo"]["trainer"])
     check_counts_of(cfg)
     check_device("algo.trainer.device", cfg["algo"]["trainer"]["device"], cuda_count)
     check_device(f"{_OPTS}.collector_inference_device", opts["collector_inference_device"], cuda_count)

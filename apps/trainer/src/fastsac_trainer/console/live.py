@@ -14,7 +14,7 @@ from fastsac_trainer.console._keys import KeyReader
 from fastsac_trainer.console.boot import BootBoard, BootFailure, render_boot
 from fastsac_trainer.console.panels import TABS, render_training
 from fastsac_trainer.console.system import SystemSample, SystemSampler
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 
 __all__ = ["RichConsole"]
 
@@ -104,6 +104,12 @@ class RichConsole:
             if self._first is None:
                 self._first = snapshot
             self._snapshot = snapshot
+
+    def evaluated(self, point: EvalPoint) -> None:
+        """Show the evaluation in the panel now (the next snapshot carries it too)."""
+        with self._lock:
+            if self._snapshot is not None:
+                self._snapshot.last_eval = point
 
     def checkpoint_saved(self, path: Path) -> None:
         """Show the "✓ saved checkpoint" line."""

@@ -9,7 +9,7 @@ from typing import TextIO
 from fastsac_trainer.console._format import compact, duration
 from fastsac_trainer.console.boot import BootBoard, BootFailure
 from fastsac_trainer.console.panels import eta_s
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 
 __all__ = ["PlainConsole", "snapshot_line"]
 
@@ -114,6 +114,15 @@ class PlainConsole:
         self._last_line_t = now
         self._pending = None
         self._write(f"[{self._title}] {snapshot_line(snapshot, self._first)}")
+
+    def evaluated(self, point: EvalPoint) -> None:
+        """Write one line for the evaluation (its clip's file too)."""
+        clip = "" if point.video is None else f", clip {point.video}"
+        self._write(
+            f"eval @ {compact(point.env_steps)} steps (it {point.iteration}): "
+            f"return {compact(point.mean_return)}, ep_len {compact(point.mean_length)}, "
+            f"best {compact(point.best_return)} ({point.seconds:.1f} s{clip})"
+        )
 
     def checkpoint_saved(self, path: Path) -> None:
         """Write the checkpoint line (once per path: trainers may repeat the latest one)."""

@@ -13,7 +13,7 @@ from rich.console import Console
 from fastsac_trainer.console.boot import BootFailure
 from fastsac_trainer.console.live import RichConsole
 from fastsac_trainer.console.plain import PlainConsole
-from fastsac_trainer.reporting import Reporter, Snapshot
+from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
 
 __all__ = ["ConsoleLogHandler", "FanOut", "TrainerConsole", "open_console"]
 
@@ -50,6 +50,10 @@ class TrainerConsole(Protocol):
         """Take one snapshot."""
         ...
 
+    def evaluated(self, point: EvalPoint) -> None:
+        """An evaluation finished."""
+        ...
+
     def checkpoint_saved(self, path: Path) -> None:
         """A checkpoint was written."""
         ...
@@ -83,6 +87,11 @@ class FanOut:
         """Forward to every reporter."""
         for reporter in self._reporters:
             reporter.report(snapshot)
+
+    def evaluated(self, point: EvalPoint) -> None:
+        """Forward to every reporter."""
+        for reporter in self._reporters:
+            reporter.evaluated(point)
 
     def checkpoint_saved(self, path: Path) -> None:
         """Forward to every reporter."""

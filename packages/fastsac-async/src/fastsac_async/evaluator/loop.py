@@ -16,6 +16,11 @@ save_policy_checkpoint``) is written, atomically, only when an evaluation's mean
 earlier one; it holds the weights that were evaluated and, in ``extra``, their return, episode count,
 seed and global step. A resumed run reads the return of the best checkpoint already there, so it
 never replaces a better best with a worse one.
+
+With ``EvalSettings.video_every`` = K, the 1st, (K+1)-th, ... evaluation of a launch also records
+one episode of the same weights with ``EvalSettings.video`` (``spec.eval_clip_file``: the global
+step is in the name); the report names the file. A clip that fails is logged and skipped: a
+renderer's trouble never stops training.
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ class EvalReport:
     """This evaluation is the best so far (it was written as the best checkpoint)."""
     best_return: float
     """The best mean return so far (this one's included)."""
+    video: str | None = None
+    """The clip recorded of these weights, if one was (``EvalSettings.video_every``)."""
 
 
 def best_return_of(path: Path | None) -> float:
@@ -92,6 +99,8 @@ class Evaluator:
         dims: Task dimensions (stored in the best checkpoint).
         agent: Hyper-parameters the policy was built with (stored in the best checkpoint).
         best_path: Where the best checkpoint goes (None: nowhere); one already there sets the bar.
+        clip_file: The file of the clip of the weights of a global step (``spec.eval_clip_file`` of
+            the run folder); None: no clips, whatever the settings say.
         start_gstep: Global step the run starts at (a resume's).
         clock: Seconds, monotonic (tests pass their own).
     """
@@ -105,6 +114,7 @@ class Evaluator:
         dims: EnvDims,
         agent: FastSACConfig,
         best_path: Path | None,
+        clip_file: Callable[[int], Path] | None = None,
         start_gstep: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -118,6 +128,8 @@ class Evaluator:
         self._clock = clock
         self._last_t = clock()
         self._last_gstep = start_gstep
+        self._clip_file = clip_file
+        self._evaluations = 0  # finished in this launch
 
     def due(self, gstep: int) -> bool:
         """Whether an evaluation is due at global step ``gstep`` (either interval since the last one)."""
@@ -150,6 +162,8 @@ class Evaluator:
                            "eval_episode_length": result.mean_length, "eval_episodes": s.episodes,
                            "eval_seed": s.seed},
                 )  # fmt: skip
+        self._evaluations += 1
+        video = self._record_clip(gstep, should_stop)
         return EvalReport(
             global_step=gstep,
             weight_version=version,
@@ -159,7 +173,26 @@ class Evaluator:
             seconds=self._clock() - started,
             best=best,
             best_return=self.best_return,
+            video=None if video is None else str(video),
         )
+
+    def _record_clip(self, gstep: int, should_stop: Callable[[], bool]) -> Path | None:
+        """The clip of the policy's weights when this evaluation is one to record; None otherwise."""
+        s = self.settings
+        if s.video is None or not s.video_every or self._clip_file is None:
+            return None
+        if (self._evaluations - 1) % s.video_every:
+            return None
+        out = self._clip_file(gstep)
+        try:
+            frames = s.video(self.policy, s.seed, out, should_stop)
+        except Exception:  # a renderer's failure costs the clip, never the run
+            _log.exception("no clip of the evaluation at global step %d; training goes on", gstep)
+            return None
+        if frames is None:
+            return None
+        _log.info("clip of global step %d: %s (%d frames)", gstep, out, frames)
+        return out
 
 
 class PublishedWeights:

@@ -4,11 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from fastsac_async.exceptions import AsyncConfigError
+from fastsac_core import InferencePolicy
 
-__all__ = ["EvalSettings"]
+__all__ = ["ClipRecorder", "EvalSettings"]
+
+
+class ClipRecorder(Protocol):
+    """Renders one episode of a policy into a video file (the app's renders gymnasium's MuJoCo offscreen).
+
+    It must pickle: the evaluator worker receives it with the settings.
+    """
+
+    def __call__(
+        self, policy: InferencePolicy, seed: int, out: Path, should_stop: Callable[[], bool]
+    ) -> int | None:
+        """Record one episode of ``policy`` (reset with ``seed``) into ``out``; the frames written.
+
+        None when ``should_stop()`` turned true first (then nothing is written).
+        """
+        ...
 
 
 def _positive_or_none(value: Any, kind: type) -> bool:
@@ -29,6 +47,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "episodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "use at least 1"),
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "use 0 or more"),
+    "video_every": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "use 0 (no clips) or a positive number of evaluations",
+    ),
+    "video": (lambda v: v is None or callable(v), "use a ClipRecorder, or None"),
 }
 """The value rule of each field: (accepts, the fix the error names)."""
 
@@ -46,6 +69,11 @@ class EvalSettings:
     """Episodes per evaluation (each on its own env, run as one batch of at most 32 envs)."""
     seed: int = 0
     """Seed of the evaluation envs: every evaluation starts from the same initial states."""
+    video_every: int = 0
+    """Every ``video_every``-th evaluation of a launch, its first included, also records a clip of one
+    episode with ``video`` (``fastsac_async.spec.eval_clip_file``); 0: no clips."""
+    video: ClipRecorder | None = None
+    """Records the clips (needed when ``video_every`` > 0)."""
 
     def __post_init__(self) -> None:
         """Check every field, and that an interval is set.
@@ -65,3 +93,7 @@ class EvalSettings:
             fix = "set eval_interval_s or eval_interval (or leave evaluation off: no EvalSettings)"
             raise AsyncConfigError(f"eval_interval_s=None is invalid: {fix}", setting="eval_interval_s",
                                    value=None, fix=fix)  # fmt: skip
+        if self.video_every and self.video is None:
+            fix = "give a ClipRecorder as video, or use 0 (no clips)"
+            raise AsyncConfigError(f"eval_video_every={self.video_every} is invalid: {fix}",
+                                   setting="eval_video_every", value=self.video_every, fix=fix)  # fmt: skip

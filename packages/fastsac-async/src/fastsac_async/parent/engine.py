@@ -12,7 +12,9 @@
    during start-up; release them together.
 3. Monitor (:class:`~fastsac_async.parent.monitor.RunWatch`): collect stats, call back, stop on
    request or time limit (stop flag), fail on any worker that exits non-zero, finish when every
-   learner is done.
+   learner is done: then raise the stop flag, wait (bounded) for the final checkpoint's snapshot
+   and for the evaluator to exit, and send one more tick if evaluations finished after rank 0's
+   last snapshot, so every finished evaluation is reported.
 4. Names: once every worker reported ready (so every one has attached), the parent unlinks every
    segment name and the name of every semaphore of the queues and the handshake (create -> attach
    all -> unlink): the mappings live on, and /dev/shm holds nothing of the run from then on,
@@ -154,7 +156,7 @@ class AsyncEngine:
             for name in self._evaluators:  # one thread, unpinned, niced: it yields to every other worker
                 self._spawn(sup, name, run_evaluator, None, 1, dict(common, stats_queue=queues[name]),
                             on_boot, janitor)  # fmt: skip
-            watch = RunWatch(spec, sup, control, self._collectors, self._learners)
+            watch = RunWatch(spec, sup, control, self._collectors, self._learners, self._evaluators)
             try:
                 watch.boot(handshake, on_boot, lambda: should_stop() or should_abort())
             except HandshakeAborted:  # a stop request before every worker was ready (Ctrl+C at boot)

@@ -33,6 +33,9 @@ _MARKED_EXIT_WAIT_S = 2.0
 _FINAL_SNAPSHOT_WAIT_S = 2.0
 """Longest wait, once every learner is done, for the snapshot that names the final checkpoint."""
 
+_EVALUATOR_EXIT_WAIT_S = 5.0
+"""Longest wait, once every learner is done, for the evaluator to stop (and its last report to arrive)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class EngineStats:
@@ -95,13 +98,20 @@ class RunWatch:
     """
 
     def __init__(
-        self, spec: EngineSpec, sup: Supervisor, control: Control, collectors: list[str], learners: list[str]
+        self,
+        spec: EngineSpec,
+        sup: Supervisor,
+        control: Control,
+        collectors: list[str],
+        learners: list[str],
+        evaluators: list[str] | None = None,
     ) -> None:
         self.spec = spec
         self.sup = sup
         self.control = control
         self._collectors = collectors
         self._learners = learners
+        self._evaluators = evaluators or []
 
     def _worker_of_slot(self, slot: int) -> str:
         collectors = len(self._collectors)
@@ -205,8 +215,24 @@ class RunWatch:
         stopped_early = False
         stop_reason: StopReason = "completed"
 
+        def tick(checkpoint: str | None) -> None:
+            on_stats(
+                EngineStats(
+                    elapsed_s=time.monotonic() - start,
+                    global_step=control.global_step,
+                    collector_steps=control.all_collector_steps(),
+                    updates=control.updates,
+                    learners=dict(learners),
+                    collectors=dict(collectors),
+                    summary=aggregate_collectors(list(collectors.values())),
+                    checkpoint=checkpoint,
+                    evaluations=tuple(evaluations),
+                )
+            )
+            evaluations.clear()
+
         def forward() -> None:
-            """Take every queued snapshot; call ``on_stats`` for each of rank 0."""
+            """Take every queued snapshot; a tick for each of rank 0."""
             for item in _drain(stats_queues):
                 if isinstance(item, CollectorSnapshot):
                     collectors[item.index] = item
@@ -217,20 +243,7 @@ class RunWatch:
                     if item.checkpoint:
                         reported.append(item.checkpoint)
                     if item.rank == 0:
-                        on_stats(
-                            EngineStats(
-                                elapsed_s=time.monotonic() - start,
-                                global_step=control.global_step,
-                                collector_steps=control.all_collector_steps(),
-                                updates=control.updates,
-                                learners=dict(learners),
-                                collectors=dict(collectors),
-                                summary=aggregate_collectors(list(collectors.values())),
-                                checkpoint=item.checkpoint,
-                                evaluations=tuple(evaluations),
-                            )
-                        )
-                        evaluations.clear()
+                        tick(item.checkpoint)
 
         while True:
             sup.wait(0.05)
@@ -244,7 +257,14 @@ class RunWatch:
             forward()
             if all(control.learner_done(r) for r in range(spec.num_learners)):
                 # Done, final checkpoint included: an abort from here on only hurries the shutdown.
+                control.request_stop()  # the evaluator abandons its evaluation (or reports a finished one)
                 last_checkpoint = final_checkpoint(spec.run.run_dir, control, reported, forward, should_abort)
+                deadline = time.monotonic() + _EVALUATOR_EXIT_WAIT_S
+                while sup.alive(self._evaluators) and time.monotonic() < deadline and not should_abort():
+                    sup.wait(0.02)
+                forward()  # an exited worker's queue holds all it sent
+                if evaluations:  # finished after rank 0's last snapshot: one more tick, at the same step
+                    tick(None)
                 break
             if should_abort():
                 _log.warning("stopping at once: no final checkpoint")
