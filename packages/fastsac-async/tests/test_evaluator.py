@@ -167,7 +167,7 @@ class _Recorder:
 
 
 def test_clips_are_of_the_first_and_every_kth_evaluation_and_a_failed_one_costs_it(tmp_path: Path) -> None:
-    """video_every=2: evaluations 1, 3, 5 get clips of their weights; a failed or stopped clip is lost alone."""
+    """video_every=2: evaluations 1, 3, 5 get clips of their weights; a failed or stopped clip is lost."""
     recorder = _Recorder(fail_at=2)
     ev = Evaluator(
         settings=EvalSettings(interval=1, episodes=1, seed=3, video_every=2, video=recorder),
