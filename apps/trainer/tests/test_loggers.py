@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.loggers import WandbReporter, quote_logger_list
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.run_dir import latest_checkpoint
 from fastsac_trainer.tensorboard import ITERATION, logged_scalars
 
@@ -123,6 +123,43 @@ def test_a_resumed_wandb_run_is_rewound_to_its_checkpoint(
     assert second["branch_point"] == {"run": first["run_id"], "metric": "_step", "value": 20}
     assert [(row["_step"], row["env_steps"]) for row in first_rows] == [(10, 80), (20, 160), (30, 240)]
     assert [(row["_step"], row["env_steps"]) for row in second_rows] == [(25, 200), (35, 280)]
+
+
+def _eval_point(iteration: int, video: Path | None) -> EvalPoint:
+    return EvalPoint(
+        iteration=iteration, env_steps=8 * iteration, mean_return=float(iteration), mean_length=5.0,
+        best_return=float(iteration), seconds=0.5, video=video,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_wandb_logs_each_evaluation_with_its_clip_and_one_after_the_last_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An evaluation goes into the next snapshot's step with its clip; one after the last snapshot, a step on."""
+    wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    clip = tmp_path / "videos" / "eval_0000001.mp4"
+    clip.parent.mkdir()
+    write = "import sys, numpy, imageio.v3 as iio; iio.imwrite(sys.argv[1], numpy.zeros((4, 16, 16, 3), 'uint8'))"
+    subprocess.run([sys.executable, "-c", write, str(clip)], check=True, timeout=120)
+    try:
+        reporter = WandbReporter(tmp_path, {"seed": 0}, "p", None, None)
+        reporter.evaluated(_eval_point(1, clip))
+        reporter.report(_snapshot(1))
+        reporter.report(_snapshot(2))
+        reporter.evaluated(_eval_point(2, None))  # after the last snapshot
+        reporter.close()
+    finally:
+        wandb.teardown()
+    ((_, history),) = _wandb_launches(tmp_path)
+    evals = [(row["_step"], row.get("eval/return"), row.get("eval_env_steps")) for row in history]
+    assert evals == [(1, 1.0, 8), (2, None, None), (3, 2.0, 16)]
+    assert history[0]["eval/video._type"] == "video-file", history[0]
+    assert not any(key.startswith("eval/video") for key in history[2])
+    media = list((tmp_path / "wandb").glob("offline-run-*/files/" + history[0]["eval/video.path"]))
+    assert len(media) == 1 and media[0].read_bytes() == clip.read_bytes(), "the clip itself is in the run"
 
 
 def _last_event_step(run_dir: Path) -> int:
