@@ -92,6 +92,33 @@ def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_g
     assert f"mean return {kept_for:.2f}" in printed, printed
 
 
+def test_a_cuda_run_records_clips_of_its_evaluations_with_egl(tmp_path: Path) -> None:
+    """On the GPU host, clips of a CUDA run's evaluations (async, CUDA-IPC weights) render with EGL."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    clips = ["task=halfcheetah", "task.max_episode_steps=20", "algo.trainer.asynchronous=true",
+             "algo.trainer.async_options.num_collectors=2", "algo.trainer.async_options.weight_ipc=on",
+             "algo.trainer.async_options.weight_ipc_min_bytes=0", "algo.trainer.eval_interval_s=null",
+             "algo.trainer.eval_interval=100", "algo.trainer.eval_episodes=1",
+             "algo.trainer.eval_video_every=1", "algo.trainer.eval_video_steps=10"]  # fmt: skip
+    tiny = [a for a in TINY if not a.startswith("task=")]
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    budget = ["algo.trainer.num_learning_iterations=2000", "run_name=v"]
+    done = subprocess.run(
+        [sys.executable, str(APP_DIR), *tiny, *clips, *budget],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in out, out
+    assert "rendered with MUJOCO_GL=egl" in out, "EGL is the GPU host's backend"
+    run_dir = tmp_path / "runs" / "v"
+    videos = sorted((run_dir / "videos").glob("eval_*.mp4"))
+    assert videos and all(v.with_suffix(".gif").stat().st_size > 0 for v in videos), out
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    events.Reload()
+    assert len(events.Images("eval/video")) == len(videos)
+
+
 def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: Path) -> None:
     """SIGTERM mid-run on CUDA with CUDA-IPC rings: exit 0, a final checkpoint that resumes, nothing left."""
     import re

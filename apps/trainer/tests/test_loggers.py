@@ -136,13 +136,15 @@ def _eval_point(iteration: int, video: Path | None) -> EvalPoint:
 def test_wandb_logs_each_evaluation_with_its_clip_and_one_after_the_last_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An evaluation goes into the next snapshot's step with its clip; one after the last snapshot, a step on."""
+    """An evaluation goes into the next snapshot's step with its clip; one after the last, a step later."""
     wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     clip = tmp_path / "videos" / "eval_0000001.mp4"
     clip.parent.mkdir()
-    write = "import sys, numpy, imageio.v3 as iio; iio.imwrite(sys.argv[1], numpy.zeros((4, 16, 16, 3), 'uint8'))"
+    write = (
+        "import sys, numpy, imageio.v3 as iio; iio.imwrite(sys.argv[1], numpy.zeros((4, 16, 16, 3), 'uint8'))"
+    )
     subprocess.run([sys.executable, "-c", write, str(clip)], check=True, timeout=120)
     try:
         reporter = WandbReporter(tmp_path, {"seed": 0}, "p", None, None)

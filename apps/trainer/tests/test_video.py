@@ -218,4 +218,5 @@ def test_async_training_records_a_clip_of_every_other_evaluation(backend: str, t
 def test_sync_training_records_clips_of_the_same_cadence(backend: str, tmp_path: Path) -> None:
     """Sync (rendered in the trainer's process), eval_video_every=2: clips at iterations 40 and 120 of 160."""
     stdout = _train([*CLIP_RUN, "algo.trainer.asynchronous=false"], tmp_path)
+    assert f"clips of evaluations: every 2, rendered with MUJOCO_GL={backend}" in stdout
     assert _check_clips(tmp_path / "runs" / "clips", stdout) == [40, 120]

@@ -147,11 +147,13 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
 
     run, resume_from, previous_run, cuda_count, settings = composed(overrides)
     every = run.config["algo"]["trainer"]["eval_video_every"]
+    rendering = None
     if every and run.evaluation is not None:
         from fastsac_trainer.rendering import select_gl
 
         # Before the evaluator is spawned (it inherits MUJOCO_GL) and before the sync trainer renders.
-        select_gl(f"algo.trainer.eval_video_every={every}", "set algo.trainer.eval_video_every=0")
+        backend = select_gl(f"algo.trainer.eval_video_every={every}", "set algo.trainer.eval_video_every=0")
+        rendering = f"clips of evaluations: every {every}, rendered with MUJOCO_GL={backend}"
     budget = run.config["algo"]["trainer"]["num_learning_iterations"]
     resumed_at = None if resume_from is None else check_resumable(resume_from, run)
     if resumed_at is not None and resumed_at >= budget:
@@ -183,6 +185,8 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     for note in run.notes:
         out.write(f"{note}\n")
     out.write(f"{placement}\n")
+    if rendering is not None:
+        out.write(f"{rendering}\n")
     out.write(f"run folder: {run_dir}\n")
     if resume_from is not None:
         out.write(f"resuming from {resume_from}\n")
