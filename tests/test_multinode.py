@@ -156,34 +156,6 @@ def _done_line(log: Path, last: bool = False) -> tuple[int, int, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_hosts_train_as_one_run_with_identical_learners(tmp_path: Path, run_end: Any) -> None:
-    """Two torchrun hosts: both advance, run the same updates, end with the same actor; one run folder."""
-    port = _free_port()
-    args = [*TINY, "algo.trainer.num_learning_iterations=30"]
-    hosts = [_Host(tmp_path, r, 2, port, args, run_end) for r in (0, 1)]
-    try:
-        for host in hosts:
-            host.wait_for("] it ", 300.0)
-        codes = [host.finish(240.0) for host in hosts]
-        assert codes == [0, 0], [h.text() for h in hosts]
-    finally:
-        for host in hosts:
-            host.close()
-    run = _run_folder(tmp_path)
-    primary, other = (
-        _done_line(run / "logs" / "learner0.log"),
-        _done_line(run / "host1" / "logs" / "learner0.log"),
-    )
-    assert primary == other and primary[0] == 30 and primary[1] > 0, (primary, other)
-    assert "run across 2 hosts" in hosts[1].text() and "learner rank 1 on cpu" in hosts[0].text()
-    assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000030.pt"]
-    assert not list((run / "host1" / "checkpoints").iterdir()) and not list((run / "host1").glob("events.*"))
-    assert list(run.glob("events.*"))
-    _assert_gone(hosts, run_end)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("victim", [1, 0], ids=["host1", "host0-serving-the-store"])
 def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path, run_end: Any, victim: int) -> None:
     """SIGKILL a host as an OOM kill would: the other stops in the bound, names it; nothing of either left."""
@@ -279,8 +251,8 @@ def test_hosts_that_disagree_stop_before_anything_starts(tmp_path: Path, run_end
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_hosts_resume_their_run_folder_and_continue_as_one_run(tmp_path: Path, run_end: Any) -> None:
-    """resume=<run folder> on both hosts: both continue from rank 0's checkpoint, identical, to the budget."""
+def test_two_hosts_train_as_one_run_then_resume_it_as_one_run(tmp_path: Path, run_end: Any) -> None:
+    """Two torchrun hosts train as one run (one folder, identical learners), then resume it to the budget."""
     first = [*TINY, "algo.trainer.num_learning_iterations=16", "run_name=r"]
     port = _free_port()
     hosts = [_Host(tmp_path, r, 2, port, first, run_end) for r in (0, 1)]
@@ -291,7 +263,14 @@ def test_two_hosts_resume_their_run_folder_and_continue_as_one_run(tmp_path: Pat
         for host in hosts:
             host.close()
     run = _run_folder(tmp_path)
+    primary = _done_line(run / "logs" / "learner0.log")
+    other = _done_line(run / "host1" / "logs" / "learner0.log")
+    assert primary == other and primary[0] == 16 and primary[1] > 0, (primary, other)
+    assert "run across 2 hosts" in hosts[1].text() and "learner rank 1 on cpu" in hosts[0].text()
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000016.pt"]
+    assert not list((run / "host1" / "checkpoints").iterdir()) and not list((run / "host1").glob("events.*"))
+    assert list(run.glob("events.*"))
+    _assert_gone(hosts, run_end)
 
     port = _free_port()
     again = [f"resume={run}", "algo.trainer.num_learning_iterations=28"]
