@@ -125,6 +125,44 @@ def test_a_resumed_wandb_run_is_rewound_to_its_checkpoint(
     assert [(row["_step"], row["env_steps"]) for row in second_rows] == [(25, 200), (35, 280)]
 
 
+@pytest.mark.slow
+def test_after_a_refused_rewind_every_later_resume_of_the_run_is_plain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server refusing the rewind (W&B's own error, raised for resume_from): later resumes never rewind."""
+    wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    real_init = wandb.init
+    rewinds: list[str] = []
+
+    def refusing_init(**kwargs: Any) -> Any:  # the refusal of a server without rewind (no server here)
+        if "resume_from" in kwargs:
+            rewinds.append(kwargs["resume_from"])
+            raise wandb.errors.UsageError("rewind is not enabled for this entity")
+        return real_init(**kwargs)
+
+    monkeypatch.setattr(wandb, "init", refusing_init)
+    config = {"seed": 3}
+    try:
+        for resumed_at, iterations in ((None, (10, 20, 30)), (20, (25, 35)), (35, (40,))):
+            reporter = WandbReporter(tmp_path, config, "p", None, None, resumed_at_iteration=resumed_at)
+            for iteration in iterations:
+                reporter.report(_snapshot(iteration))
+            reporter.close()
+            wandb.teardown()
+    finally:
+        wandb.teardown()
+    run_id = (tmp_path / "wandb_id.txt").read_text().split()[0]
+    assert rewinds == [f"{run_id}?_step=20"], "only the first resume asks for a rewind"
+    assert "counts its own steps since a rewind was refused" in caplog.text
+    launches = _wandb_launches(tmp_path)
+    assert [[row["env_steps"] for row in rows] for _, rows in launches] == [[80, 160, 240], [200, 280], [320]]
+    assert not any("branch_point" in run for run, _ in launches), "no launch rewinds the run"
+    later = [[row["_step"] for row in rows] for _, rows in launches[1:]]
+    assert later == [[0, 1], [0]], "W&B's own count (offline, each launch's), not the iterations"
+
+
 def _eval_point(iteration: int, video: Path | None) -> EvalPoint:
     return EvalPoint(
         iteration=iteration, env_steps=8 * iteration, mean_return=float(iteration), mean_length=5.0,

@@ -15,6 +15,9 @@ what the killed launch logged past it, so the curve continues from the checkpoin
 sync``. A server that refuses the rewind (a W&B preview feature) gets a plain resume (``resume="allow"``)
 with W&B counting ``_step`` on from its last one, so no point is dropped as a step below W&B's; the points
 the killed launch logged past the checkpoint then stay, and the env-steps curve doubles back there.
+From then on the W&B run's step is W&B's own count, not the iteration, so ``wandb_id.txt`` says so on
+a second line and every later resume of the run resumes it plainly too (a rewind to an iteration
+would cut its history at the wrong point).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ LOGGERS = ("tensorboard", "wandb")
 """The names ``logger=`` takes, comma separated."""
 
 _ID_FILE = "wandb_id.txt"
+_COUNTED = "steps-counted-by-wandb"
+"""The word on ``wandb_id.txt``'s second line once W&B's step stopped being the iteration."""
 _ENV_STEPS = "env_steps"
 _EVAL_ENV_STEPS = "eval_env_steps"
 """The x axis of the eval/* metrics in W&B: the env steps of the evaluated weights."""
@@ -86,8 +91,10 @@ class WandbReporter:
         self._last_iteration: int | None = None
         id_file = run_dir / _ID_FILE
         known = id_file.is_file()
+        counted = False  # W&B's step stopped being the iteration (a rewind was refused earlier)
         if known:
-            run_id = id_file.read_text(encoding="utf-8").strip()
+            run_id, *rest = id_file.read_text(encoding="utf-8").split()
+            counted = _COUNTED in rest
         else:
             run_id = secrets.token_hex(4)  # W&B ids: letters and digits
             id_file.write_text(f"{run_id}\n", encoding="utf-8")
@@ -97,8 +104,14 @@ class WandbReporter:
             # Its own console capture and messages would tear the live panel: the console is the app's.
             settings=wandb.Settings(console="off", silent=True, x_transaction_log_flush_interval=_FLUSH_S),
         )  # fmt: skip
-        self._step_is_iteration = True
-        if known and resumed_at_iteration is not None:
+        self._step_is_iteration = not counted
+        if known and resumed_at_iteration is not None and counted:
+            _log.warning(
+                "W&B run %s counts its own steps since a rewind was refused: resuming it, not rewinding it "
+                "to iteration %d (its curves double back at each resume)", run_id, resumed_at_iteration,
+            )  # fmt: skip
+            self._run = wandb.init(**init, resume="allow")
+        elif known and resumed_at_iteration is not None:
             try:
                 self._run = wandb.init(**init, resume_from=f"{run_id}?_step={resumed_at_iteration}")
             except wandb.errors.Error as error:
@@ -110,6 +123,9 @@ class WandbReporter:
                 )  # fmt: skip
                 self._run = wandb.init(**init, resume="allow")
                 self._step_is_iteration = False
+                # From here on W&B's step is its own count: a later rewind to an iteration would cut
+                # the history at the wrong point, so later resumes of this run resume it plainly.
+                id_file.write_text(f"{run_id}\n{_COUNTED}\n", encoding="utf-8")
         else:
             self._run = wandb.init(**init, resume="allow")
         # Every metric is plotted against env steps (W&B's own step is the iteration).
