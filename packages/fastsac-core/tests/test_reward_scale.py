@@ -180,3 +180,80 @@ def test_support_is_fixed_by_normalized_v_max_and_off_means_scale_one() -> None:
         off.buffer.extend(step)
     raw = off.buffer.sample(2)
     assert torch.equal(off.prepare(raw).rewards, raw.rewards) and float(off.update(4)["reward_scale"]) == 1.0
+
+
+_RANK = """
+import datetime, sys
+import torch, torch.distributed as dist
+from fastsac_core._distributed import sync_reward_scale
+from fastsac_core._reward_scale import RewardScale
+sys.path.insert(0, sys.argv[4])
+from test_reward_scale import _two_rank_steps, CHUNKS
+rank, init, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=60))
+try:
+    rewards, ended = _two_rank_steps()
+    mine = slice(2 * rank, 2 * rank + 2)
+    scale = RewardScale(2, 0.9, 3.0, enabled=True)
+    for chunk in CHUNKS:
+        scale.observe(rewards[chunk, mine], ended[chunk, mine])
+        sync_reward_scale(scale)
+    torch.save({"scale": scale.scale, "peak": scale.peak, **scale.returns.state_dict()}, out)
+finally:
+    dist.destroy_process_group()
+"""
+
+CHUNKS = [slice(0, 7), slice(7, 20), slice(20, 31)]
+
+
+def _two_rank_steps() -> tuple[torch.Tensor, torch.Tensor]:
+    """31 steps of 4 envs; envs 2 and 3 (rank 1's) pay ten times more, so the ranks' statistics differ."""
+    g = torch.Generator().manual_seed(5)
+    rewards = 1.0 + torch.randn(31, 4, generator=g)
+    rewards[:, 2:] *= 10.0
+    return rewards, torch.rand(31, 4, generator=g) < 0.1
+
+
+def _observed(columns: slice) -> dict[str, torch.Tensor]:
+    from fastsac_core._distributed import sync_reward_scale
+    from fastsac_core._reward_scale import RewardScale
+
+    rewards, ended = _two_rank_steps()
+    width = columns.stop - columns.start
+    scale = RewardScale(width, 0.9, 3.0, enabled=True)
+    for chunk in CHUNKS:
+        scale.observe(rewards[chunk, columns], ended[chunk, columns])
+        sync_reward_scale(scale)
+    return {"scale": scale.scale, "peak": scale.peak, **scale.returns.state_dict()}
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_merge_into_the_scale_of_one_process_seeing_every_env(tmp_path: Path) -> None:
+    """sync_reward_scale over 2 gloo ranks (2 envs each) gives both the scale of 1 process with all 4 envs."""
+    import subprocess
+    import sys
+
+    here = str(Path(__file__).parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RANK, str(r), str(tmp_path / "rdzv"), str(tmp_path / f"{r}.pt"), here]
+        )  # fmt: skip
+        for r in range(2)
+    ]
+    try:
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    assert codes == [0, 0]
+    single = _observed(slice(0, 4))
+    alone = _observed(slice(0, 2))
+    assert not torch.allclose(alone["scale"], single["scale"]), "rank 0's envs alone give another scale"
+    for r in range(2):
+        rank = torch.load(tmp_path / f"{r}.pt", weights_only=True)
+        assert rank.keys() == single.keys()
+        for key, value in single.items():
+            torch.testing.assert_close(rank[key], value, atol=1e-12, rtol=1e-12, msg=key)
