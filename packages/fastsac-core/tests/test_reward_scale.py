@@ -238,7 +238,7 @@ def test_two_gloo_ranks_merge_into_the_scale_of_one_process_seeing_every_env(tmp
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _RANK, str(r), str(tmp_path / "rdzv"), str(tmp_path / f"{r}.pt"), here]
-        )  # fmt: skip
+        )
         for r in range(2)
     ]
     try:
