@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,16 @@ def test_an_unknown_logger_is_refused_in_one_line() -> None:
         validate_config(cfg, cuda_count=0)  # type: ignore[arg-type]
 
 
+@pytest.fixture
+def wandb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The wandb module in offline, silent mode; its global state torn down after the test."""
+    module = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    yield module
+    module.teardown()
+
+
 def _wandb_launches(run_dir: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each launch's run record and history rows as wandb's own reader prints them, in start order."""
     launches = []
@@ -70,26 +81,29 @@ def _wandb_launches(run_dir: Path) -> list[tuple[dict[str, Any], list[dict[str, 
     return sorted(launches, key=lambda launch: str(launch[0]["start_time"]))
 
 
+def _launch(
+    wandb: Any, reporter: WandbReporter, iterations: tuple[int, ...], late: EvalPoint | None = None
+) -> None:
+    """One launch: a snapshot per iteration, then ``late`` (an evaluation after the last); then teardown."""
+    try:
+        for iteration in iterations:
+            reporter.report(_snapshot(iteration))
+        if late is not None:
+            reporter.evaluated(late)
+        reporter.close()
+    finally:
+        wandb.teardown()  # the next launch (or the reader) sees a finished run
+
+
 def _public(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if not k.startswith("_")}
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_holds_every_tensorboard_scalar(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_wandb_offline_run_holds_every_tensorboard_scalar(tmp_path: Path, wandb: Any) -> None:
     """Offline, the W&B run files hold the config, the group and every logged scalar at its env steps."""
-    wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
     config = {"seed": 3, "task": {"name": "pendulum"}, "wandb": {"project": "p", "entity": None}}
-    try:
-        reporter = WandbReporter(tmp_path, config, "p", None, "grp")
-        for iteration in (1, 2):
-            reporter.report(_snapshot(iteration))
-        reporter.close()
-    finally:
-        wandb.teardown()
+    _launch(wandb, WandbReporter(tmp_path, config, "p", None, "grp"), (1, 2))
     ((run, history),) = _wandb_launches(tmp_path)
     assert [_public(row) for row in history] == [
         {**logged_scalars(_snapshot(i)), "env_steps": 8 * i} for i in (1, 2)
@@ -101,23 +115,11 @@ def test_wandb_offline_run_holds_every_tensorboard_scalar(
 
 
 @pytest.mark.slow
-def test_a_resumed_wandb_run_is_rewound_to_its_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_resumed_wandb_run_is_rewound_to_its_checkpoint(tmp_path: Path, wandb: Any) -> None:
     """Resuming iteration 20's checkpoint rewinds the same W&B run to step 20 and logs the resume after it."""
-    wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
     config = {"seed": 3, "wandb": {"project": "p", "entity": None}}
-    try:
-        for resumed_at, iterations in ((None, (10, 20, 30)), (20, (25, 35))):  # killed at 30, checkpoint 20
-            reporter = WandbReporter(tmp_path, config, "p", None, None, resumed_at_iteration=resumed_at)
-            for iteration in iterations:
-                reporter.report(_snapshot(iteration))
-            reporter.close()
-            wandb.teardown()
-    finally:
-        wandb.teardown()
+    for resumed_at, iterations in ((None, (10, 20, 30)), (20, (25, 35))):  # killed at 30, checkpoint 20
+        _launch(wandb, WandbReporter(tmp_path, config, "p", None, None, resumed_at), iterations)
     (first, first_rows), (second, second_rows) = _wandb_launches(tmp_path)
     assert first["run_id"] == second["run_id"] and "branch_point" not in first
     assert second["branch_point"] == {"run": first["run_id"], "metric": "_step", "value": 20}
@@ -127,12 +129,9 @@ def test_a_resumed_wandb_run_is_rewound_to_its_checkpoint(
 
 @pytest.mark.slow
 def test_after_a_refused_rewind_every_later_resume_of_the_run_is_plain(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, wandb: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A server refusing the rewind (W&B's own error, raised for resume_from): later resumes never rewind."""
-    wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
     real_init = wandb.init
     rewinds: list[str] = []
 
@@ -143,16 +142,8 @@ def test_after_a_refused_rewind_every_later_resume_of_the_run_is_plain(
         return real_init(**kwargs)
 
     monkeypatch.setattr(wandb, "init", refusing_init)
-    config = {"seed": 3}
-    try:
-        for resumed_at, iterations in ((None, (10, 20, 30)), (20, (25, 35)), (35, (40,))):
-            reporter = WandbReporter(tmp_path, config, "p", None, None, resumed_at_iteration=resumed_at)
-            for iteration in iterations:
-                reporter.report(_snapshot(iteration))
-            reporter.close()
-            wandb.teardown()
-    finally:
-        wandb.teardown()
+    for resumed_at, iterations in ((None, (10, 20, 30)), (20, (25, 35)), (35, (40,))):
+        _launch(wandb, WandbReporter(tmp_path, {"seed": 3}, "p", None, None, resumed_at), iterations)
     run_id = (tmp_path / "wandb_id.txt").read_text().split()[0]
     assert rewinds == [f"{run_id}?_step=20"], "only the first resume asks for a rewind"
     assert "counts its own steps since a rewind was refused" in caplog.text
@@ -172,27 +163,18 @@ def _eval_point(iteration: int, video: Path | None) -> EvalPoint:
 
 @pytest.mark.slow
 def test_wandb_logs_each_evaluation_with_its_clip_and_one_after_the_last_snapshot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, wandb: Any
 ) -> None:
     """An evaluation goes into the next snapshot's step with its clip; one after the last, a step later."""
-    wandb = pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
     clip = tmp_path / "videos" / "eval_0000001.mp4"
     clip.parent.mkdir()
     write = (
         "import sys, numpy, imageio.v3 as iio; iio.imwrite(sys.argv[1], numpy.zeros((4, 16, 16, 3), 'uint8'))"
     )
     subprocess.run([sys.executable, "-c", write, str(clip)], check=True, timeout=120)
-    try:
-        reporter = WandbReporter(tmp_path, {"seed": 0}, "p", None, None)
-        reporter.evaluated(_eval_point(1, clip))
-        reporter.report(_snapshot(1))
-        reporter.report(_snapshot(2))
-        reporter.evaluated(_eval_point(2, None))  # after the last snapshot
-        reporter.close()
-    finally:
-        wandb.teardown()
+    reporter = WandbReporter(tmp_path, {"seed": 0}, "p", None, None)
+    reporter.evaluated(_eval_point(1, clip))
+    _launch(wandb, reporter, (1, 2), late=_eval_point(2, None))
     ((_, history),) = _wandb_launches(tmp_path)
     evals = [(row["_step"], row.get("eval/return"), row.get("eval_env_steps")) for row in history]
     assert evals == [(1, 1.0, 8), (2, None, None), (3, 2.0, 16)]
