@@ -11,7 +11,6 @@ statistics are float64 sums and must agree to 1e-9.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from fastsac_core.testing import config_fields, run_ddp_rank, tiny_config
+from fastsac_core.testing import config_fields, run_ddp_rank, run_processes, tiny_config
 
 CALLS, NUM_UPDATES = 3, 4
 
@@ -40,32 +39,14 @@ def _compare(single: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
 def _run_ranks(
     tmp_path: Path, args: tuple[Any, ...], device: str, shared_obs: bool = False
 ) -> list[dict[str, Any]]:
-    # Ranks are fresh interpreters (never forked); subprocess rather than multiprocessing, which would
-    # leave its resource-tracker process running after the test.
     code = (
         "import json, sys; from fastsac_core import testing; testing.run_ddp_rank(*json.loads(sys.argv[1]))"
     )
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                code,
-                json.dumps(
-                    [r, 2, str(tmp_path / "rdzv"), str(tmp_path / f"rank{r}.pt"), *args, device, shared_obs]
-                ),
-            ]
-        )
+    ranks = [
+        [r, 2, str(tmp_path / "rdzv"), str(tmp_path / f"rank{r}.pt"), *args, device, shared_obs]
         for r in range(2)
     ]
-    try:
-        codes = [p.wait(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-    assert codes == [0, 0]
+    assert run_processes([[sys.executable, "-c", code, json.dumps(rank)] for rank in ranks]) == [0, 0]
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fastsac_core import FastSACAgent, ReplayBuffer, load_checkpoint, save_checkpoint
-from fastsac_core.testing import TINY_SHARED_DIMS, make_agent, tiny_config
+from fastsac_core.testing import TINY_SHARED_DIMS, make_agent, run_processes, tiny_config
 
 GAMMA = 0.9
 
@@ -231,24 +231,11 @@ def _observed(columns: slice) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 def test_two_gloo_ranks_merge_into_the_scale_of_one_process_seeing_every_env(tmp_path: Path) -> None:
     """sync_reward_scale over 2 gloo ranks (2 envs each) gives both the scale of 1 process with all 4 envs."""
-    import subprocess
     import sys
 
     here = str(Path(__file__).parent)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _RANK, str(r), str(tmp_path / "rdzv"), str(tmp_path / f"{r}.pt"), here]
-        )
-        for r in range(2)
-    ]
-    try:
-        codes = [p.wait(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-    assert codes == [0, 0]
+    ranks = [[str(r), str(tmp_path / "rdzv"), str(tmp_path / f"{r}.pt"), here] for r in range(2)]
+    assert run_processes([[sys.executable, "-c", _RANK, *rank] for rank in ranks]) == [0, 0]
     single = _observed(slice(0, 4))
     alone = _observed(slice(0, 2))
     assert not torch.allclose(alone["scale"], single["scale"]), "rank 0's envs alone give another scale"

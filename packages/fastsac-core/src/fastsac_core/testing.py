@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ __all__ = [
     "random_batch",
     "random_noise",
     "run_ddp_rank",
+    "run_processes",
     "tiny_config",
 ]
 
@@ -182,6 +185,25 @@ def run_ddp_rank(
     finally:
         if world_size > 1:
             dist.destroy_process_group()
+
+
+def run_processes(commands: Sequence[Sequence[str]], timeout_s: float = 120.0) -> list[int]:
+    """Start every command at once (fresh interpreters: the ranks of one process group) and wait for all.
+
+    Subprocesses rather than ``multiprocessing``, which would leave its resource-tracker process
+    running after a test. A command still running after ``timeout_s`` is killed.
+
+    Returns:
+        The exit codes, in the order of ``commands``.
+    """
+    procs = [subprocess.Popen(list(command)) for command in commands]
+    try:
+        return [p.wait(timeout=timeout_s) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
 
 
 def config_fields(cfg: FastSACConfig) -> dict[str, Any]:
