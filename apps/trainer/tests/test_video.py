@@ -92,6 +92,25 @@ def test_eval_video_decodes_with_the_expected_frames(backend: str, cheetah_run: 
     assert min(changes) > 0, "every frame differs from the one before"
 
 
+@pytest.mark.slow
+def test_eval_video_out_gif_writes_a_gif(backend: str, cheetah_run: Path, tmp_path: Path) -> None:
+    """video_out=<file>.gif: a looping GIF (Pillow alone) of 25 changing 480x480 frames, no MP4 written."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("MUJOCO_GL", None)
+    out = tmp_path / "cheetah.gif"
+    command = [sys.executable, str(APP_DIR), "eval", f"checkpoint={cheetah_run}", "episodes=1", "video=true",
+               "video_steps=24", f"video_out={out}"]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"video: {out} (25 frames, " in done.stdout
+    frames = _gif_frames(out.read_bytes())
+    assert len(frames) == 25 and frames[0].shape == (480, 480, 3)
+    assert min(np.abs(a.astype(int) - b.astype(int)).mean() for a, b in itertools.pairwise(frames)) > 0
+    with Image.open(out) as gif:
+        assert gif.info.get("loop") == 0, "it loops"
+    assert list(tmp_path.iterdir()) == [out], "nothing else, no partial file"
+
+
 def test_no_backend_is_one_line_naming_the_packages(monkeypatch: pytest.MonkeyPatch) -> None:
     """With every backend failing, select_gl raises one line naming EGL and OSMesa packages."""
     monkeypatch.delenv("MUJOCO_GL", raising=False)

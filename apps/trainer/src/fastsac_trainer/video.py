@@ -37,9 +37,9 @@ class VideoInfo:
     """What was written."""
 
     path: Path
-    """The MP4 file."""
+    """The video file (MP4, or GIF)."""
     frames: int
-    """Frames in it."""
+    """Frames in it (a GIF keeps at most :data:`GIF_MAX_FRAMES` of the episode's)."""
     fps: int
     """Frames per second (the env's render rate)."""
 
@@ -56,13 +56,14 @@ def record_video(
     should_stop: Callable[[], bool] = lambda: False,
     gif: bool = False,
 ) -> VideoInfo | None:
-    """Render one episode of ``policy`` on the env of ``factory`` into the MP4 ``out``; None if stopped.
+    """Render one episode of ``policy`` on the env of ``factory`` into the video ``out``; None if stopped.
 
     Args:
         policy: The deterministic policy.
         factory: The run's env factory: a :class:`~fastsac_trainer.tasks.MujocoEnvFactory` (its gymnasium
             id, kwargs, time limit and import).
-        out: The MP4 file to write (its folder is created).
+        out: The file to write (its folder is created): an MP4, or with the suffix ``.gif`` a GIF
+            (:func:`gif_of`, written with Pillow alone).
         seed: Reset seed of the episode.
         max_steps: Most steps recorded.
         width: Frame width in pixels (a multiple of 16 keeps H.264 from resizing).
@@ -74,8 +75,6 @@ def record_video(
         TrainerAppError: The env is not a gymnasium env this can render (a user's ``env_factory``).
     """
     import gymnasium as gym
-    import imageio.v3 as iio
-
     from fastsac_trainer.config.exceptions import TrainerAppError
     from fastsac_trainer.tasks import MujocoEnvFactory, import_env_module
     from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
@@ -104,22 +103,35 @@ def record_video(
     finally:
         env.close()
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix.lower() == ".gif":  # Pillow alone: no ffmpeg needed
+        _write_whole(out, gif_of(frames, fps))
+        return VideoInfo(out, len(frames[:: _gif_stride(len(frames))]), fps)
+    import imageio.v3 as iio
+
     partial = out.with_name(f".{out.stem}.partial{out.suffix}")  # the suffix tells ffmpeg the format
     iio.imwrite(partial, np.stack(frames), plugin="FFMPEG", fps=fps, codec="libx264", macro_block_size=16)
     os.replace(partial, out)
     if gif:
-        gif_file = out.with_suffix(".gif")
-        partial_gif = gif_file.with_name(f".{gif_file.name}.partial")
-        partial_gif.write_bytes(gif_of(frames, fps))
-        os.replace(partial_gif, gif_file)
+        _write_whole(out.with_suffix(".gif"), gif_of(frames, fps))
     return VideoInfo(out, len(frames), fps)
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def _gif_stride(frames: int) -> int:
+    """Every how many frames a GIF keeps one (so that it has at most :data:`GIF_MAX_FRAMES`)."""
+    return max(1, -(-frames // GIF_MAX_FRAMES))
 
 
 def gif_of(frames: list[np.ndarray], fps: int) -> bytes:
     """An endlessly looping GIF of ``frames`` (at most :data:`GIF_MAX_FRAMES`) at ``fps`` real speed."""
     from PIL import Image
 
-    stride = -(-len(frames) // GIF_MAX_FRAMES)
+    stride = _gif_stride(len(frames))
     kept = [Image.fromarray(frame) for frame in frames[::stride]]
     buffer = io.BytesIO()
     duration_ms = round(1000 * stride / fps)
