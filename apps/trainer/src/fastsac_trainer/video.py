@@ -75,6 +75,7 @@ def record_video(
         TrainerAppError: The env is not a gymnasium env this can render (a user's ``env_factory``).
     """
     import gymnasium as gym
+
     from fastsac_trainer.config.exceptions import TrainerAppError
     from fastsac_trainer.tasks import MujocoEnvFactory, import_env_module
     from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
