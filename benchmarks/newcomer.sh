@@ -5,6 +5,8 @@
 # wall-clock from launch, and the deterministic eval of its final checkpoint (10 episodes).
 # On the device machine: source .devrun/env.sh && bash benchmarks/newcomer.sh   (figures: wiki/benchmarks.md)
 # The headline figure alone: RUNS=headline TIME_LIMIT=300 bash benchmarks/newcomer.sh
+# Each run's final checkpoint is also rendered (MUJOCO_GL chosen by the trainer: EGL on the GPU host) into
+# $OUT/<run>.gif, 300 steps (Pillow only; carry it with `device-prep.sh pillow`); GIF=0 leaves that out.
 set -u
 OUT=${OUT:-/tmp/newcomer}; mkdir -p "$OUT"
 root=$PWD; cd /tmp
@@ -24,4 +26,8 @@ for run in ${RUNS:-newcomer headline}; do
   python3 "$root/benchmarks/return_curve.py" "/tmp/runs/$run" --start-epoch "$start" --every 30 | tee "$OUT/${run}_curve.txt"
   tail -n 2 "$OUT/${run}_console.log"
   timeout 300 python3 "$root/apps/trainer" eval checkpoint="/tmp/runs/$run" episodes=10 2>&1 | tail -n 3
+  if [[ ${GIF:-1} == 1 ]]; then
+    timeout 300 python3 "$root/apps/trainer" eval checkpoint="/tmp/runs/$run" episodes=1 video=true \
+      video_steps=300 video_out="$OUT/$run.gif" 2>&1 | tail -n 2
+  fi
 done
