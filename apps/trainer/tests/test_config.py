@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from fastsac_trainer.config.compose import compose_config, explicit_keys, merge_overrides
 from fastsac_trainer.config.exceptions import ConfigError, TrainerAppError
+from fastsac_trainer.config.placement import resolve_placement
 from fastsac_trainer.config.resolve import CPU_PROFILE, apply_cpu_profile, resolve_device, resolve_run
 from fastsac_trainer.config.store import task_node
 from fastsac_trainer.config.validate import validate_config
@@ -163,6 +164,32 @@ def test_learner_devices_are_checked_by_topology_and_worded_with_the_key_path(
         validate_config(cfg, cuda_count=2)
     assert (info.value.setting, info.value.value) == (f"{OPTS}.learner_devices", value)
     assert str(info.value).startswith(f"{OPTS}.learner_devices={value!r} is invalid: {fix}")
+
+
+def test_more_cuda_learners_than_gpus_is_worded_with_the_key_path() -> None:
+    """num_learners beyond the GPUs (topology's expansion rule): the key path, the value and the fix."""
+    cfg = _cfg("task=pendulum", "algo.trainer.device=cuda", f"{OPTS}.num_learners=4")
+    with pytest.raises(ConfigError) as info:
+        resolve_run(cfg, explicit=frozenset(), cuda_count=2)
+    assert (info.value.setting, info.value.value) == (f"{OPTS}.num_learners", 4)
+    assert str(info.value) == (
+        f"{OPTS}.num_learners=4 is invalid: from trainer_device='cuda:0' the learners need cuda:0..cuda:3, "
+        "but this host has 2 CUDA device(s); use num_learners <= 2: every CUDA learner needs its own GPU"
+    )
+
+
+def test_cuda_inference_for_cpu_learners_is_worded_with_the_key_path() -> None:
+    """collector_inference_device=cuda with CPU learners (topology's rule): the key path, value and fix."""
+    cfg = _cfg("task=pendulum", "algo.trainer.device=cpu", f"{OPTS}.num_collectors=1",
+               f"{OPTS}.collector_inference_device=cuda")  # fmt: skip
+    run = resolve_run(cfg, explicit=frozenset(), cuda_count=1)
+    with pytest.raises(ConfigError) as info:
+        resolve_placement(run, run.dims, cuda_count=1)
+    assert (info.value.setting, info.value.value) == (f"{OPTS}.collector_inference_device", "cuda")
+    assert str(info.value) == (
+        f"{OPTS}.collector_inference_device='cuda' is invalid: it means the owner learner's GPU, "
+        "but the learners run on cpu; use 'cpu', 'auto' or an explicit 'cuda:N'"
+    )
 
 
 def test_several_cpu_learners_may_be_listed() -> None:

@@ -115,9 +115,14 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
         ),
         (
             {"trainer_device": "cuda:1", "num_cuda_devices": 2, "num_learners": 2, "num_collectors": 2},
-            "num_learners=2 from trainer_device='cuda:1' needs cuda:1..cuda:2, "
+            "num_learners=2 is invalid: from trainer_device='cuda:1' the learners need cuda:1..cuda:2, "
             "but this host has 2 CUDA device(s); "
-            "use num_learners <= 1 or list learner_devices",
+            "use num_learners <= 1, or list learner_devices (e.g. ['cuda:0', 'cuda:1'])",
+        ),
+        (
+            {"trainer_device": "cuda", "num_cuda_devices": 2, "num_learners": 4, "num_collectors": 4},
+            "num_learners=4 is invalid: from trainer_device='cuda' the learners need cuda:0..cuda:3, "
+            "but this host has 2 CUDA device(s); use num_learners <= 2: every CUDA learner needs its own GPU",
         ),
         (
             {"learner_devices": ["cuda:0"], "num_cuda_devices": 2, "num_learners": 2, "num_collectors": 2},
@@ -163,11 +168,12 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
         ),
         (
             {"collector_inference_device": "cuda", "num_cuda_devices": 1},
-            "collector_inference_device='cuda' means the owner learner's GPU, but the learners run on cpu",
+            "collector_inference_device='cuda' is invalid: it means the owner learner's GPU, "
+            "but the learners run on cpu; use 'cpu', 'auto' or an explicit 'cuda:N'",
         ),
         (
             {"collector_inference_device": "cuda"},
-            "collector_inference_device='cuda' but this host has no CUDA device; use 'cpu' or 'auto'",
+            "collector_inference_device='cuda' is invalid: this host has no CUDA device; use 'cpu' or 'auto'",
         ),
         (
             {"collector_inference_device": "cuda:5", "num_cuda_devices": 2},
@@ -271,6 +277,50 @@ def test_a_learner_device_error_names_the_setting_the_value_and_the_fix(
     error = caught.value
     assert (error.setting, error.value) == ("learner_devices", value)
     assert str(error) == f"learner_devices={value!r} is invalid: {error.fix}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting", "value", "fix"),
+    [
+        (
+            {"trainer_device": "cuda:1", "num_cuda_devices": 2, "num_learners": 2, "num_collectors": 2},
+            "num_learners",
+            2,
+            "use num_learners <= 1, or list learner_devices",
+        ),
+        (
+            {"trainer_device": "cuda", "num_cuda_devices": 2, "num_learners": 4, "num_collectors": 4},
+            "num_learners",
+            4,
+            "use num_learners <= 2",
+        ),
+        ({"trainer_device": "mps"}, "trainer_device", "mps", "use 'cpu', 'cuda' or 'cuda:N'"),
+        (
+            {"collector_inference_device": "cuda", "num_cuda_devices": 1},
+            "collector_inference_device",
+            "cuda",
+            "use 'cpu', 'auto' or an explicit 'cuda:N'",
+        ),
+        ({"collector_inference_device": "cuda"}, "collector_inference_device", "cuda", "use 'cpu' or 'auto'"),
+        (
+            {"collector_inference_device": "cuda:5", "num_cuda_devices": 2},
+            "collector_inference_device",
+            "cuda:5",
+            "use one of them or 'cpu'",
+        ),
+    ],
+)
+def test_a_device_error_names_the_setting_the_value_and_the_fix(
+    resolve: Resolve, overrides: dict[str, Any], setting: str, value: object, fix: str
+) -> None:
+    """Learner expansion and inference-device errors: setting, value and fix as attributes and in the text."""
+    with pytest.raises(TopologyError) as caught:
+        resolve(**overrides)
+    error = caught.value
+    assert (error.setting, error.value) == (setting, value)
+    assert fix in error.fix
+    assert str(error) == f"{setting}={value!r} is invalid: {error.fix}"
+    assert "\n" not in str(error)
 
 
 def test_several_cpu_learners_are_allowed_and_cuda_means_cuda_0() -> None:

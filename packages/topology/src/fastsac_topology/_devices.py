@@ -2,7 +2,8 @@
 
 The one home of the device rules: an app checks its ``learner_devices`` with
 :func:`check_learner_devices` and words the error with its key path (``TopologyError.setting``,
-``value``, ``fix``).
+``value``, ``fix``). Every device error here is ``TopologyError.of_setting``: it names the setting, the
+value seen and the fix.
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ def expand_learner_devices(
 
     Raises:
         TopologyError: A malformed or missing device, a repeated CUDA device, a CPU/CUDA mix, or a
-            list whose length is not ``num_learners``.
+            list whose length is not ``num_learners`` (``setting`` ``"learner_devices"``); a malformed or
+            missing ``trainer_device`` (``"trainer_device"``); more learners from ``trainer_device`` on
+            than GPUs from it on (``"num_learners"``).
     """
     if specs is not None:
         return check_learner_devices(specs, num_learners=num_learners, num_cuda_devices=num_cuda_devices)
@@ -96,10 +99,17 @@ def expand_learner_devices(
     if start is None:
         return ("cpu",) * num_learners
     if start + num_learners > num_cuda_devices:
-        raise TopologyError(
-            f"num_learners={num_learners} from trainer_device={trainer_device!r} needs "
-            f"cuda:{start}..cuda:{start + num_learners - 1}, but this host has {num_cuda_devices} CUDA "
-            f"device(s); use num_learners <= {num_cuda_devices - start} or list learner_devices"
+        fits = num_cuda_devices - start
+        if num_learners <= num_cuda_devices:
+            listed = [f"cuda:{index}" for index in range(num_learners)]
+            fix = f"use num_learners <= {fits}, or list learner_devices (e.g. {listed})"
+        else:
+            fix = f"use num_learners <= {fits}: every CUDA learner needs its own GPU"
+        raise TopologyError.of_setting(
+            "num_learners",
+            num_learners,
+            f"from trainer_device={trainer_device!r} the learners need cuda:{start}.."
+            f"cuda:{start + num_learners - 1}, but this host has {num_cuda_devices} CUDA device(s); {fix}",
         )
     return tuple(f"cuda:{start + rank}" for rank in range(num_learners))
 
@@ -111,20 +121,22 @@ def inference_device(spec: str, owner_device: str, num_cuda_devices: int) -> str
     taken as given.
 
     Raises:
-        TopologyError: ``"cuda"`` with a CPU owner or without CUDA, or a malformed/missing device.
+        TopologyError: ``"cuda"`` with a CPU owner or without CUDA, or a malformed/missing device;
+            ``setting`` is ``"collector_inference_device"`` and ``value`` is ``spec``.
     """
+    setting = "collector_inference_device"
     text = spec.strip().lower()
     if text == "auto":
         return owner_device
     if text == "cuda":
         if num_cuda_devices == 0:
-            raise TopologyError(
-                "collector_inference_device='cuda' but this host has no CUDA device; use 'cpu' or 'auto'"
-            )
+            raise TopologyError.of_setting(setting, spec, "this host has no CUDA device; use 'cpu' or 'auto'")
         if owner_device == "cpu":
-            raise TopologyError(
-                "collector_inference_device='cuda' means the owner learner's GPU, but the learners run on "
-                "cpu; use 'cpu', 'auto' or an explicit 'cuda:N'"
+            raise TopologyError.of_setting(
+                setting,
+                spec,
+                "it means the owner learner's GPU, but the learners run on cpu; "
+                "use 'cpu', 'auto' or an explicit 'cuda:N'",
             )
         return owner_device
-    return _normalise("collector_inference_device", spec, num_cuda_devices)
+    return _normalise(setting, spec, num_cuda_devices)

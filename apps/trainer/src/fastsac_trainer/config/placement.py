@@ -14,8 +14,8 @@ from fastsac_async.config import AsyncOptions
 from fastsac_core import FastSACConfig, build_actor
 from fastsac_core.env import EnvDims
 from fastsac_topology import TopologyError, TrainerTopology, resolve_trainer_topology
-from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.config.host import host_layout
+from fastsac_trainer.config.validate import topology_config_error
 
 __all__ = ["PlacedRun", "actor_param_bytes", "describe_placement", "resolve_placement"]
 
@@ -57,7 +57,8 @@ def resolve_placement(run: PlacedRun, dims: EnvDims, cuda_count: int) -> Trainer
     weight-IPC gate.
 
     Raises:
-        TrainerAppError: The layout is impossible on this host (topology's own message).
+        TrainerAppError: The layout is impossible on this host (topology's message, with the key path
+            of the setting it names).
     """
     options = run.async_options
     try:
@@ -78,7 +79,7 @@ def resolve_placement(run: PlacedRun, dims: EnvDims, cuda_count: int) -> Trainer
             host=host_layout(with_gpus=cuda_count > 0),
         )
     except TopologyError as error:
-        raise TrainerAppError(str(error).splitlines()[0]) from None
+        raise topology_config_error(error) from None
 
 
 def describe_placement(run: PlacedRun, topology: TrainerTopology | None) -> str:

@@ -20,7 +20,13 @@ from fastsac_core.env import EnvDims, EnvFactory
 from fastsac_topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.config.host import host_layout, host_quota
-from fastsac_trainer.config.validate import async_options, check_counts_of, eval_settings, validate_config
+from fastsac_trainer.config.validate import (
+    async_options,
+    check_counts_of,
+    eval_settings,
+    topology_config_error,
+    validate_config,
+)
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.tasks import TaskError, env_factory_for, probe_dims
 
@@ -155,7 +161,8 @@ def size_collectors_in_place(
     The synchronous trainer has no collectors: ``auto`` becomes 1 collector, unpinned.
 
     Raises:
-        TrainerAppError: ``task.num_envs`` cannot be split over the learners (topology's message).
+        TrainerAppError: ``task.num_envs`` cannot be split over the learners, or the learners do not
+            fit this host's GPUs (topology's message, with the key path of the setting it names).
     """
     opts = cfg["algo"]["trainer"]["async_options"]
     if not cfg["algo"]["trainer"]["asynchronous"]:
@@ -182,7 +189,7 @@ def size_collectors_in_place(
             cpus_per_collector=opts["cpus_per_collector"],
         )
     except TopologyError as error:
-        raise TrainerAppError(str(error).splitlines()[0]) from None
+        raise topology_config_error(error) from None
     opts["num_collectors"] = sizing.num_collectors
     opts["cpus_per_collector"] = sizing.cpus_per_collector
     cfg["task"]["num_envs"] = sizing.num_envs

@@ -5,7 +5,7 @@ own settings (task, trainer, console, the agent's ranges, the devices on this ma
 here; ``fastsac_async.AsyncOptions`` checks its fields when it is built, ``fastsac_topology.check_counts``
 owns the count rules (``num_envs % num_collectors`` ...) and ``fastsac_topology.check_learner_devices`` the
 learner device list. Their errors come back here and are worded as the app's (the key path, the
-value seen, the fix).
+value seen, the fix: :func:`topology_config_error`, which the placement and the collector sizing use too).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from fastsac_async import AsyncConfigError, AsyncOptions, EvalSettings
 from fastsac_topology import AUTO, TopologyError, check_counts, check_learner_devices
-from fastsac_trainer.config.exceptions import ConfigError
+from fastsac_trainer.config.exceptions import ConfigError, TrainerAppError
 from fastsac_trainer.loggers import LOGGERS, wandb_missing
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "check_counts_of",
     "check_device",
     "normalize_switch",
+    "topology_config_error",
     "validate_config",
 ]
 
@@ -112,13 +113,27 @@ _AUTO_FIXES = {
 }
 """The app's words for the two options that may also be ``auto`` (sized before the record is built)."""
 
-_COUNT_PATHS = {
+_TOPOLOGY_PATHS = {
     "num_envs": "task.num_envs",
     "num_collectors": f"{_OPTS}.num_collectors",
     "num_learners": f"{_OPTS}.num_learners",
     "batch_size": "algo.agent.batch_size",
+    "learner_devices": f"{_OPTS}.learner_devices",
+    "collector_inference_device": f"{_OPTS}.collector_inference_device",
 }
-"""Key path of each count ``fastsac_topology.check_counts`` names."""
+"""Key path of each setting a ``TopologyError`` names (``error.setting``). ``trainer_device`` has none:
+topology sees the resolved ``algo.trainer.device``, not the value the user wrote."""
+
+
+def topology_config_error(error: TopologyError) -> TrainerAppError:
+    """Topology's error worded as the app's: the key path of its setting, the value seen and the fix.
+
+    An error that names no setting with a key path keeps topology's own (first) line.
+    """
+    path = _TOPOLOGY_PATHS.get(error.setting or "")
+    if path is None:
+        return TrainerAppError(str(error).splitlines()[0])
+    return ConfigError(path, error.value, error.fix)
 
 
 def async_options(node: Mapping[str, Any]) -> AsyncOptions:
@@ -196,8 +211,7 @@ def check_counts_of(cfg: Mapping[str, Any]) -> None:
             names={"num_envs": "task.num_envs"},
         )
     except TopologyError as error:
-        assert error.setting is not None  # every count rule names the count
-        raise ConfigError(_COUNT_PATHS[error.setting], error.value, error.fix) from None
+        raise topology_config_error(error) from None
 
 
 def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
@@ -229,5 +243,4 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
                 opts["learner_devices"], num_learners=opts["num_learners"], num_cuda_devices=cuda_count
             )
         except TopologyError as error:
-            assert error.setting is not None  # every learner-device rule names the setting
-            raise ConfigError(f"{_OPTS}.{error.setting}", error.value, error.fix) from None
+            raise topology_config_error(error) from None
