@@ -37,10 +37,11 @@ def test_create_run_dir_refuses_a_run_with_checkpoints_unless_resuming(tmp_path:
 
 
 def test_latest_checkpoint_is_the_highest_iteration(tmp_path: Path) -> None:
-    """The latest checkpoint is chosen by iteration number, ignoring other files."""
+    """The latest checkpoint is the highest iteration; best.pt, partial writes and other files are ignored."""
     folder = tmp_path / "checkpoints"
     folder.mkdir()
-    names = ("model_0000900.pt", "model_0001000.pt", "model_0000100.pt", "model_0001000.onnx", "notes.txt")
+    names = ("model_0000900.pt", "model_0001000.pt", "model_0000100.pt", "model_0001000.onnx", "notes.txt",
+             "best.pt", ".model_0002000.pt.k3x9.tmp")  # fmt: skip
     for name in names:
         (folder / name).write_bytes(b"x")
     assert latest_checkpoint(tmp_path) == folder / "model_0001000.pt"

@@ -13,11 +13,10 @@ Layout (see ``wiki/trainer.md``)::
 from __future__ import annotations
 
 import itertools
-import re
 import time
 from pathlib import Path
 
-from fastsac_async.spec import checkpoint_dir
+from fastsac_async.spec import checkpoint_dir, checkpoint_step
 from fastsac_core import discard_partial_checkpoints
 from fastsac_trainer.config.exceptions import TrainerAppError
 
@@ -34,8 +33,6 @@ __all__ = [
 
 CONFIG_FILE = "config.yaml"
 """Name of the resolved config inside a run folder."""
-
-_CHECKPOINT = re.compile(r"^model_(\d+)\.pt$")
 
 
 def default_run_name(task: str, now: float | None = None) -> str:
@@ -140,14 +137,17 @@ def _taken(run_name: str, run_dir: Path) -> str:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint of the highest iteration in a run folder, or None when it has none."""
+    """The checkpoint of the highest iteration in a run folder, or None when it has none.
+
+    What counts as a checkpoint is ``fastsac_async.spec.checkpoint_step``'s to say (``best.pt`` does not).
+    """
     found: list[tuple[int, Path]] = []
     folder = checkpoint_dir(run_dir)
     if folder.is_dir():
         for path in folder.iterdir():
-            match = _CHECKPOINT.match(path.name)
-            if match:
-                found.append((int(match.group(1)), path))
+            step = checkpoint_step(path)
+            if step is not None:
+                found.append((step, path))
     return max(found)[1] if found else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ __all__ = [
     "best_checkpoint_file",
     "checkpoint_dir",
     "checkpoint_file",
+    "checkpoint_step",
     "collector_name",
     "eval_clip_file",
     "evaluator_name",
@@ -160,13 +162,27 @@ def checkpoint_dir(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
 
 
+_CHECKPOINT_NAME = re.compile(r"model_(\d+)\.pt")
+"""The names :func:`checkpoint_file` gives, read back by :func:`checkpoint_step`."""
+
+
 def checkpoint_file(run_dir: Path, gstep: int) -> Path:
     """``checkpoints/model_{gstep:07d}.pt`` under the run folder.
 
     The one naming of checkpoints: the engine's learner and the app's synchronous trainer write it,
-    the app's ``run_dir.latest_checkpoint`` reads it back.
+    :func:`checkpoint_step` reads it back (the app's ``run_dir.latest_checkpoint`` asks it).
     """
     return checkpoint_dir(run_dir) / f"model_{gstep:07d}.pt"
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The global step of a checkpoint named by :func:`checkpoint_file`, or None for any other file.
+
+    ``best.pt`` (a policy checkpoint), a killed write's ``.model_0000100.pt.<random>.tmp`` and other
+    files in ``checkpoints/`` are not checkpoints of a step.
+    """
+    match = _CHECKPOINT_NAME.fullmatch(path.name)
+    return int(match.group(1)) if match else None
 
 
 def best_checkpoint_file(run_dir: Path) -> Path:
