@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.plot import curves, draw_runs, plot_runs
-from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.seeds import seed_group, seed_runs
 from fastsac_trainer.tensorboard import TensorBoardReporter
 
@@ -50,11 +50,15 @@ def test_a_bad_seed_list_is_refused_in_one_line(overrides: list[str], message: s
         seed_runs(overrides)
 
 
-def _write_run(run_dir: Path, steps: list[int], values: list[float]) -> None:
+def _write_run(run_dir: Path, steps: list[int], values: list[float], *, evals: bool = False) -> None:
+    """Events of ``RETURN`` at ``steps``; with ``evals``, an ``eval/return`` of the same value at each."""
     writer = TensorBoardReporter(run_dir)
     for i, (step, value) in enumerate(zip(steps, values, strict=True)):
         writer.report(Snapshot(iteration=i, env_steps=step, total_env_steps=steps[-1], elapsed_s=float(i),
                                scalars={RETURN: value}))  # fmt: skip
+        if evals:
+            writer.evaluated(EvalPoint(iteration=i, env_steps=step, mean_return=value, mean_length=1.0,
+                                       best_return=value, seconds=0.0))  # fmt: skip
     writer.close()
 
 
@@ -142,6 +146,21 @@ def test_the_figure_draws_each_part_with_its_band_and_a_legend_of_seed_counts(tm
         assert y.max() == pytest.approx((curve.mean + curve.std).max())
     legend = [text.get_text() for text in ax.get_legend().get_texts()]
     assert legend == ["g (mean of 2 seeds)", "g (mean of 3 seeds)", "g: g_s3 alone", "solo"]
+
+
+def test_a_row_counts_only_the_seeds_that_have_its_scalar(tmp_path: Path) -> None:
+    """Seeds without eval/return: the eval row's styles and legend count only the seeds that have it."""
+    steps = [8, 16, 24]
+    for run, evals in (("g_s1", True), ("g_s2", True), ("g_s3", False), ("h_s1", True), ("h_s2", False)):
+        _write_run(tmp_path / run, steps, [1.0, 2.0, 3.0], evals=evals)
+    runs = sorted(tmp_path.iterdir())
+    figure = draw_runs(runs)
+    rollout, evaluation = figure.axes[1], figure.axes[3]  # against env steps
+    assert (rollout.get_ylabel(), evaluation.get_ylabel()) == (RETURN, "eval/return")
+    for ax, legend in ((rollout, ["g (mean of 3 seeds)", "h (mean of 2 seeds)"]),
+                       (evaluation, ["g (mean of 2 seeds)", "h_s1"])):  # fmt: skip
+        assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "-"], "solid: all seeds with it"
+        assert [text.get_text() for text in ax.get_legend().get_texts()] == legend
 
 
 def _events(run_dir: Path) -> tuple[list[int], list[float]]:

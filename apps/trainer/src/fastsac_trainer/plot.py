@@ -5,8 +5,8 @@ wall-clock time (left) and env steps (right). Runs are overlaid with their folde
 of one command (sibling folders ``<name>_s<seed>``, see :mod:`fastsac_trainer.seeds`) are one colour: their
 mean, with the band of one standard deviation around it, wherever at least two seeds have points, and a
 seed's own line where it is alone (one stopped early, or the wall-clock spans differ). Each seed counts
-only within its own x range (linear between its points, never extrapolated), and the legend says how many
-seeds each part averages.
+only within its own x range (linear between its points, never extrapolated), and only in the rows of the
+scalars it has; the legend says how many seeds each part averages.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ class Curve:
     """The seeds' standard deviation (zeros for one run or one seed)."""
     seeds: int
     """How many seeds the points average (1: a single run, or a seed alone)."""
+    runs: int
+    """How many of the group's runs have this scalar: what ``seeds`` is out of (1 for a single run)."""
 
 
 def read_series(run_dir: Path, tag: str) -> Series | None:
@@ -126,17 +128,21 @@ def _seed_parts(key: str, found: list[tuple[str, np.ndarray, np.ndarray]]) -> li
             seed, x, values = found[members[0]]
             xs = np.concatenate([[lo], x[(x > lo) & (x < hi)], [hi]])  # its own points, cut at the part
             ys = np.interp(xs, x, values)
-            drawn.append(Curve(f"{name}: {seed} alone", key, xs, ys, np.zeros_like(ys), 1))
+            drawn.append(Curve(f"{name}: {seed} alone", key, xs, ys, np.zeros_like(ys), 1, len(found)))
         elif members:
             grid = np.linspace(lo, hi, max(2, math.ceil(_GRID * (hi - lo) / span)))
             stacked = np.stack([np.interp(grid, found[i][1], found[i][2]) for i in members])
             label = f"{name} (mean of {len(members)} seeds)"
-            drawn.append(Curve(label, key, grid, stacked.mean(axis=0), stacked.std(axis=0), len(members)))
+            mean, std = stacked.mean(axis=0), stacked.std(axis=0)
+            drawn.append(Curve(label, key, grid, mean, std, len(members), len(found)))
     return drawn
 
 
 def curves(run_dirs: list[Path], tag: str, axis: str) -> list[Curve]:
-    """The curves of ``tag`` against ``axis`` (``wall_s`` or ``env_steps``) for ``run_dirs``."""
+    """The curves of ``tag`` against ``axis`` (``wall_s`` or ``env_steps``) for ``run_dirs``.
+
+    A group counts only its runs that have ``tag``: a group of seeds of which one has it is that run.
+    """
     drawn = []
     for key, members in _groups(run_dirs).items():
         found = []
@@ -146,17 +152,17 @@ def curves(run_dirs: list[Path], tag: str, axis: str) -> list[Curve]:
                 x = getattr(series, axis)
                 order = np.argsort(x, kind="stable")
                 found.append((member.name, x[order], series.values[order]))
-        if len(members) == 1 and found:
-            _, x, values = found[0]
-            drawn.append(Curve(members[0].name, key, x, values, np.zeros_like(values), 1))
+        if len(found) == 1:
+            run, x, values = found[0]
+            drawn.append(Curve(run, key, x, values, np.zeros_like(values), 1, 1))
         elif found:
             drawn.extend(_seed_parts(key, found))
     return drawn
 
 
-def _style(curve: Curve, group_size: int) -> str:
-    """Solid: a run, or the mean of all of its group's seeds; dashed: fewer seeds; dotted: a seed alone."""
-    if curve.seeds == group_size:
+def _style(curve: Curve) -> str:
+    """Solid: a run, or the mean of all its group's seeds with the scalar; dashed: fewer; dotted: one seed."""
+    if curve.seeds == curve.runs:
         return "-"
     return "--" if curve.seeds > 1 else ":"
 
@@ -187,7 +193,7 @@ def draw_runs(run_dirs: list[Path]) -> Figure:
                 colour = colours[curve.group]
                 label = curve.label if curve.label not in labelled else "_nolegend_"
                 labelled.add(curve.label)
-                style = _style(curve, len(groups[curve.group]))
+                style = _style(curve)
                 ax.plot(curve.x, curve.mean, style, color=colour, label=label)
                 if curve.seeds > 1:
                     low, high = curve.mean - curve.std, curve.mean + curve.std
