@@ -16,28 +16,9 @@ from fastsac_async import (
 from fastsac_core import FastSACConfig, peek_checkpoint
 from fastsac_trainer.async_trainer import engine_snapshot, run_async
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.tasks import MujocoEnvFactory, probe_dims
+from fastsac_trainer.testing import RecordingReporter
 from shm_transport import list_segments
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.snapshots: list[Snapshot] = []
-        self.evaluations: list[EvalPoint] = []
-        self.checkpoints: list[Path] = []
-
-    def report(self, snapshot: Snapshot) -> None:
-        self.snapshots.append(snapshot)
-
-    def evaluated(self, point: EvalPoint) -> None:
-        self.evaluations.append(point)
-
-    def checkpoint_saved(self, path: Path) -> None:
-        self.checkpoints.append(path)
-
-    def close(self) -> None:
-        pass
 
 
 class Boot:
@@ -71,7 +52,7 @@ def _plan(tmp_path: Path, learners: int, iterations: int = 30) -> RunPlan:
 @pytest.mark.parametrize("learners", [1, 2], ids=["2c1l", "2c2l-gloo"])
 def test_async_trainer_on_mujoco(tmp_path: Path, learners: int) -> None:
     """2 collectors with 1 or 2 gloo learners: steps advance, updates run, weights arrive, clean end."""
-    rec, boot = Recorder(), Boot()
+    rec, boot = RecordingReporter(), Boot()
     result = run_async(_plan(tmp_path, learners), rec, should_stop=lambda: False, boot_view=boot)
     assert result.stop_reason == "completed"
     assert result.collector_steps == [30, 30] and result.iterations == 30
@@ -97,7 +78,7 @@ def test_async_trainer_on_mujoco(tmp_path: Path, learners: int) -> None:
 @pytest.mark.slow
 def test_stop_request_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
     """should_stop() mid-run stops every worker cleanly and rank 0 writes a final checkpoint."""
-    rec = Recorder()
+    rec = RecordingReporter()
     result = run_async(
         _plan(tmp_path, 1, iterations=100_000), rec,
         should_stop=lambda: bool(rec.snapshots) and rec.snapshots[-1].iteration >= 8,

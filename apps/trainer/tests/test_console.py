@@ -24,7 +24,8 @@ from fastsac_trainer.console import (
     snapshot_line,
 )
 from fastsac_trainer.console._keys import KeyReader
-from fastsac_trainer.reporting import EvalPoint, Snapshot
+from fastsac_trainer.reporting import Snapshot
+from fastsac_trainer.testing import RecordingReporter
 
 
 def _snapshot(iteration: int = 50, **scalars: float) -> Snapshot:
@@ -207,32 +208,15 @@ def test_open_console_picks_plain_without_tty() -> None:
     rich_console.close()
 
 
-class _Recorder:
-    def __init__(self, fail_close: bool = False) -> None:
-        self.snapshots: list[Snapshot] = []
-        self.evaluations: list[EvalPoint] = []
-        self.paths: list[Path] = []
-        self.closed = False
-        self.fail_close = fail_close
-
-    def report(self, snapshot: Snapshot) -> None:
-        self.snapshots.append(snapshot)
-
-    def evaluated(self, point: EvalPoint) -> None:
-        self.evaluations.append(point)
-
-    def checkpoint_saved(self, path: Path) -> None:
-        self.paths.append(path)
-
+class _FailingClose(RecordingReporter):
     def close(self) -> None:
-        self.closed = True
-        if self.fail_close:
-            raise RuntimeError("close failed")
+        super().close()
+        raise RuntimeError("close failed")
 
 
 def test_fan_out_forwards_and_closes_all_even_after_a_failure() -> None:
     """FanOut forwards every call to every reporter and closes all of them when one close fails."""
-    first, second = _Recorder(fail_close=True), _Recorder()
+    first, second = _FailingClose(), RecordingReporter()
     fan = FanOut([first, second])
     snap = _snapshot(3)
     fan.report(snap)
@@ -240,7 +224,7 @@ def test_fan_out_forwards_and_closes_all_even_after_a_failure() -> None:
     with pytest.raises(RuntimeError, match="close failed"):
         fan.close()
     assert first.snapshots == second.snapshots == [snap]
-    assert second.paths == [Path("a.pt")]
+    assert second.checkpoints == [Path("a.pt")]
     assert first.closed and second.closed
 
 

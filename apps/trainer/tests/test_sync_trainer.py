@@ -15,9 +15,9 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.spec import TrainingRun, checkpoint_file
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.sync_trainer import run_sync
 from fastsac_trainer.tasks import get_task, probe_dims
+from fastsac_trainer.testing import RecordingReporter
 
 # Tiny and fast: 4 pendulum envs, 2 random iterations, then 2 updates per iteration on 16 samples.
 RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainingRun))
@@ -44,28 +44,6 @@ TRAIN = tuple(
     f"train/{k}"
     for k in ("qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max", "reward_scale")
 )
-
-
-class RecordingReporter:
-    """A Reporter test double that keeps everything it is given."""
-
-    def __init__(self) -> None:
-        self.snapshots: list[Snapshot] = []
-        self.evaluations: list[EvalPoint] = []
-        self.checkpoints: list[Path] = []
-        self.closed = False
-
-    def report(self, snapshot: Snapshot) -> None:
-        self.snapshots.append(snapshot)
-
-    def evaluated(self, point: EvalPoint) -> None:
-        self.evaluations.append(point)
-
-    def checkpoint_saved(self, path: Path) -> None:
-        self.checkpoints.append(path)
-
-    def close(self) -> None:
-        self.closed = True
 
 
 @pytest.fixture(autouse=True)

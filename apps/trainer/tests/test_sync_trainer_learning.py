@@ -25,30 +25,12 @@ from fastsac_core import load_checkpoint
 from fastsac_core.env import BatchedEnv
 from fastsac_core.testing import make_agent
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.sync_trainer import run_sync
 from fastsac_trainer.tasks import get_task, probe_dims
+from fastsac_trainer.testing import RecordingReporter
 
 EVAL_ENVS = 16
 THRESHOLD = 150.0
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.snapshots: list[Snapshot] = []
-        self.evaluations: list[EvalPoint] = []
-
-    def report(self, snapshot: Snapshot) -> None:
-        self.snapshots.append(snapshot)
-
-    def evaluated(self, point: EvalPoint) -> None:
-        self.evaluations.append(point)
-
-    def checkpoint_saved(self, path: Path) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +88,7 @@ def test_sync_trainer_learns_inverted_pendulum(tmp_path: Path) -> None:
     limit = spec.max_episode_steps
     assert limit is not None
     start = time.perf_counter()
-    result = run_sync(plan, _Recorder())
+    result = run_sync(plan, RecordingReporter())
     train_s = time.perf_counter() - start
 
     random_env = factory(EVAL_ENVS, 10_000)
