@@ -1,11 +1,13 @@
-"""Fixtures of the trainer app's tests: the user's batched env of ``wiki/tasks.md``, outside the workspace."""
+"""Fixtures of the trainer app's tests: the user's batched env of ``wiki/tasks.md``, one torch thread."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 WIKI_TASKS = Path(__file__).resolve().parents[3] / "wiki" / "tasks.md"
 EXAMPLE_MODULE = "point_env"
@@ -25,3 +27,15 @@ def point_env_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("user_envs")
     (folder / f"{EXAMPLE_MODULE}.py").write_text(wiki_example(), encoding="utf-8")
     return folder
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for the test (extra threads only contend on a shared 2-core CPU), then as before.
+
+    Opt in per module: ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

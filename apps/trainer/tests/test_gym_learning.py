@@ -12,32 +12,18 @@ deterministic policy balances for a mean of >= 100 of 200 steps over 16 episodes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from fastsac_trainer import train
 from fastsac_trainer.evaluate import evaluate, load_policy
 from fastsac_trainer.tasks import GYM_TASK, env_factory_for
+from fastsac_trainer.testing import CPU_SIZED
 
 THRESHOLD = 100.0
-CPU_SIZED = [
-    "algo.agent.actor_hidden_dim=64",
-    "algo.agent.critic_hidden_dim=128",
-    "algo.agent.batch_size=256",
-    "algo.agent.num_updates=4",
-    "task.num_envs=8",
-]
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.slow

@@ -5,13 +5,13 @@ upright step: discounted values reach ~8,700, far outside ``task=gym``'s raw sup
 With ``algo.agent.reward_normalization=true`` the critic learns in scaled units (support ±10) and the
 final checkpoint's deterministic policy balances for more than twice the best random episode (it
 reached 66 of 200 steps with seed 2; unnormalised, with qf_max pinned at 1000, 36); its checkpoint
-carries the scale it trained with. CPU-sized as ``test_gym_learning.py`` is (networks 64/128, batch
-256, 8 envs x 4 updates, 500 iterations). Measured: wiki/benchmarks.md, "Reward normalisation".
+carries the scale it trained with. CPU-sized as ``test_gym_learning.py`` is (``CPU_SIZED``: networks
+64/128, batch 256, 8 envs x 4 updates; 500 iterations). Measured: wiki/benchmarks.md, "Reward
+normalisation".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, ReplayBuffer, loa
 from fastsac_trainer import train
 from fastsac_trainer.evaluate import evaluate, load_policy
 from fastsac_trainer.tasks import env_factory_for
+from fastsac_trainer.testing import CPU_SIZED
 
 FACTOR = 100.0
 THRESHOLD = 30.0  # of 200 steps; a random policy: mean ~5, best episode 14; measured here: 66
@@ -43,13 +44,7 @@ TASK = {
     "max_episode_steps": 200,
 }
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.slow
@@ -66,11 +61,7 @@ def test_normalised_rewards_learn_a_pendulum_paying_100_per_step(
         env_kwargs=TASK["env_kwargs"],
         overrides=[
             "algo.agent.reward_normalization=true",
-            "algo.agent.actor_hidden_dim=64",
-            "algo.agent.critic_hidden_dim=128",
-            "algo.agent.batch_size=256",
-            "algo.agent.num_updates=4",
-            "task.num_envs=8",
+            *CPU_SIZED,
             "task.max_episode_steps=200",
             "algo.trainer.num_learning_iterations=500",
             "algo.trainer.asynchronous=false",

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from fastsac_async.config import AsyncOptions
 from fastsac_async.spec import TrainingRun, checkpoint_file
@@ -45,13 +43,7 @@ TRAIN = tuple(
     for k in ("qf_loss", "actor_loss", "alpha", "alpha_loss", "policy_entropy", "qf_max", "reward_scale")
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_plan(

@@ -12,7 +12,7 @@ load 6-7).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +32,7 @@ from fastsac_trainer.testing import RecordingReporter
 EVAL_ENVS = 16
 THRESHOLD = 150.0
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def first_episode_returns(
