@@ -22,19 +22,15 @@ from typing import Any
 
 import pytest
 
+from fastsac_trainer.testing import TINY_PENDULUM
+
 APP_MAIN = Path(__file__).resolve().parents[1] / "apps" / "trainer" / "__main__.py"
 TINY = [
-    "task=pendulum",
-    "task.num_envs=2",
-    "algo.trainer.logging_interval=2",
+    *TINY_PENDULUM,
     "algo.trainer.save_interval=100000",
-    "algo.agent.learning_starts=2",
-    "algo.agent.batch_size=32",
-    "algo.agent.num_updates=1",
     "algo.trainer.device=cpu",
     "algo.trainer.asynchronous=true",
     "algo.trainer.async_options.num_collectors=2",
-    "console=plain",
     "runs_root=runs",
 ]
 _DONE = re.compile(r"learner0 done at gstep (\d+) after (\d+) updates \(actor (\w+)\)")

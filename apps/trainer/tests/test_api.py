@@ -12,20 +12,7 @@ import pytest
 
 from fastsac_trainer import TrainerAppError, TrainResult, train
 from fastsac_trainer.api import hydra_value
-
-SMALL = [
-    "task.num_envs=4",
-    "algo.trainer.num_learning_iterations=6",
-    "algo.trainer.logging_interval=2",
-    "algo.trainer.save_interval=3",
-    "algo.trainer.device=cpu",
-    "algo.agent.learning_starts=2",
-    "algo.agent.batch_size=32",
-    "algo.agent.num_updates=1",
-    "algo.agent.actor_hidden_dim=16",
-    "algo.agent.critic_hidden_dim=16",
-    "console=plain",
-]
+from fastsac_trainer.testing import TINY_RUN
 
 
 @pytest.fixture
@@ -45,7 +32,7 @@ def test_train_with_the_env_class_passed_directly(tmp_path: Path, point_env: Mod
         env_factory=point_env.PointEnv,
         env_kwargs={"episode_steps": 3},
         overrides=[
-            *SMALL,
+            *TINY_RUN,
             "algo.trainer.async_options.num_collectors=2",
             f"runs_root={runs}",
             "run_name=api",

@@ -14,19 +14,11 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastsac_core import peek_checkpoint
+from fastsac_trainer.testing import TINY_PENDULUM
 
 APP_DIR = Path(__file__).resolve().parents[1]
 TRAINER_SCRIPT = Path(sys.executable).parent / "trainer"
-TINY = [
-    "task=pendulum",
-    "task.num_envs=2",
-    "algo.trainer.logging_interval=2",
-    "algo.trainer.save_interval=2",
-    "algo.agent.learning_starts=2",
-    "algo.agent.batch_size=32",
-    "algo.agent.num_updates=1",
-    "console=plain",
-]
+TINY = [*TINY_PENDULUM, "algo.trainer.save_interval=2"]
 
 
 def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

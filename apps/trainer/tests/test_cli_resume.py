@@ -9,18 +9,9 @@ from omegaconf import OmegaConf
 
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.cli import main
+from fastsac_trainer.testing import TINY_PENDULUM
 
-SYNC_TINY = [
-    "task=pendulum",
-    "task.num_envs=2",
-    "algo.trainer.asynchronous=false",
-    "algo.trainer.logging_interval=2",
-    "algo.trainer.save_interval=2",
-    "algo.agent.learning_starts=2",
-    "algo.agent.batch_size=32",
-    "algo.agent.num_updates=1",
-    "console=plain",
-]
+SYNC_TINY = [*TINY_PENDULUM, "algo.trainer.save_interval=2", "algo.trainer.asynchronous=false"]
 
 
 def _train(args: list[str]) -> None:

@@ -24,20 +24,10 @@ from typing import IO
 import pytest
 
 from fastsac_core import peek_checkpoint
+from fastsac_trainer.testing import TINY_PENDULUM
 
 APP_DIR = Path(__file__).resolve().parents[1]
-TINY = [
-    "task=pendulum",
-    "task.num_envs=2",
-    "algo.trainer.logging_interval=2",
-    "algo.trainer.save_interval=100000",
-    "algo.agent.learning_starts=2",
-    "algo.agent.batch_size=32",
-    "algo.agent.num_updates=1",
-    "algo.trainer.device=cpu",
-    "console=plain",
-    "runs_root=runs",
-]
+TINY = [*TINY_PENDULUM, "algo.trainer.save_interval=100000", "algo.trainer.device=cpu", "runs_root=runs"]
 ASYNC = ["algo.trainer.asynchronous=true", "algo.trainer.async_options.num_collectors=2"]
 SYNC = ["algo.trainer.asynchronous=false"]
 LONG = "algo.trainer.num_learning_iterations=1000000"

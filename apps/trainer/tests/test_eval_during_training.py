@@ -17,18 +17,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.evaluate import evaluate, load_policy
 from fastsac_trainer.tasks import env_factory_for
+from fastsac_trainer.testing import TINY_PENDULUM
 
 APP_DIR = Path(__file__).resolve().parents[1]
-TINY = [
-    "task=pendulum",
-    "task.num_envs=2",
-    "algo.trainer.logging_interval=2",
-    "algo.trainer.save_interval=2",
-    "algo.agent.learning_starts=2",
-    "algo.agent.batch_size=32",
-    "algo.agent.num_updates=1",
-    "console=plain",
-]
+TINY = [*TINY_PENDULUM, "algo.trainer.save_interval=2"]
 EVAL = ["algo.trainer.eval_interval_s=null", "algo.trainer.eval_episodes=2", "runs_root=runs", "run_name=r"]
 
 

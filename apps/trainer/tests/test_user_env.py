@@ -15,22 +15,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-TINY = [
-    "task=gym",
-    "task.env_factory=point_env:make",
-    "task.env_kwargs={episode_steps:10}",
-    "task.num_envs=4",
-    "algo.trainer.num_learning_iterations=6",
-    "algo.trainer.logging_interval=2",
-    "algo.trainer.save_interval=3",
-    "algo.trainer.device=cpu",
-    "algo.agent.learning_starts=2",
-    "algo.agent.batch_size=32",
-    "algo.agent.num_updates=1",
-    "algo.agent.actor_hidden_dim=16",
-    "algo.agent.critic_hidden_dim=16",
-    "console=plain",
-]
+from fastsac_trainer.testing import TINY_RUN
+
+TINY = ["task=gym", "task.env_factory=point_env:make", "task.env_kwargs={episode_steps:10}", *TINY_RUN]
 
 
 def _trainer(args: list[str], cwd: Path, user_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Helpers for tests (this app's and the repository's): a recording reporter, a CPU-sized run.
+"""Helpers for tests (this app's and the repository's): a recording reporter, tiny runs' overrides.
 
 Kept in the package (not in a test folder) so that tests in any folder import them by name, as
 ``fastsac_core.testing`` and ``fastsac_async.testing`` are.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastsac_trainer.reporting import EvalPoint, Snapshot
 
-__all__ = ["CPU_SIZED", "RecordingReporter"]
+__all__ = ["CPU_SIZED", "TINY_PENDULUM", "TINY_RUN", "RecordingReporter"]
 
 
 class RecordingReporter:
@@ -42,6 +42,36 @@ class RecordingReporter:
         """Note that the trainer closed it."""
         self.closed = True
 
+
+TINY_PENDULUM = (
+    "task=pendulum",
+    "task.num_envs=2",
+    "algo.trainer.logging_interval=2",
+    "algo.agent.learning_starts=2",
+    "algo.agent.batch_size=32",
+    "algo.agent.num_updates=1",
+    "console=plain",
+)
+"""A pendulum run that takes seconds on a CPU: 2 envs, 2 random iterations, then one update of 32 samples
+per iteration; a snapshot every 2 iterations, the plain console. The caller adds the save interval and
+whatever else it tests (trainer, device, budget, run folder)."""
+
+TINY_RUN = (
+    "task.num_envs=4",
+    "algo.trainer.num_learning_iterations=6",
+    "algo.trainer.logging_interval=2",
+    "algo.trainer.save_interval=3",
+    "algo.trainer.device=cpu",
+    "algo.agent.learning_starts=2",
+    "algo.agent.batch_size=32",
+    "algo.agent.num_updates=1",
+    "algo.agent.actor_hidden_dim=16",
+    "algo.agent.critic_hidden_dim=16",
+    "console=plain",
+)
+"""A CPU run of any task in seconds: 4 envs, 6 iterations (checkpoints at 3 and 6), networks 16 wide,
+2 random iterations, then one update of 32 samples per iteration; the plain console. No ``task=``: the
+caller names the task."""
 
 CPU_SIZED = (
     "algo.agent.actor_hidden_dim=64",
