@@ -192,6 +192,19 @@ def test_cuda_inference_for_cpu_learners_is_worded_with_the_key_path() -> None:
     )
 
 
+def test_collectors_that_do_not_fit_the_cpus_are_worded_with_the_key_path() -> None:
+    """cpus_per_collector beyond the host's CPUs (topology's fit rule): the key path, the value, the fix."""
+    cfg = _cfg("task=pendulum", "task.num_envs=2", "algo.trainer.device=cpu", f"{OPTS}.num_collectors=2",
+               f"{OPTS}.cpus_per_collector=512")  # fmt: skip
+    run = resolve_run(cfg, explicit=frozenset(), cuda_count=0)
+    with pytest.raises(ConfigError) as info:
+        resolve_placement(run, run.dims, cuda_count=0)
+    assert (info.value.setting, info.value.value) == (f"{OPTS}.cpus_per_collector", 512)
+    message = str(info.value)
+    assert message.startswith(f"{OPTS}.cpus_per_collector=512 is invalid: ") and "\n" not in message
+    assert "CPU(s) for 2 collector(s), which need 1024; " in message and "set cpus_per_collector" in message
+
+
 def test_several_cpu_learners_may_be_listed() -> None:
     """learner_devices=[cpu, cpu] is valid, as is its expansion from device=cpu (gloo ranks)."""
     cfg = _cfg("task=pendulum", "task.num_envs=8", f"{OPTS}.num_collectors=2", f"{OPTS}.num_learners=2",

@@ -75,10 +75,12 @@ def _fit_error(where: str, available: int, count: int, what: str, setting: str, 
         fix = "use fewer collectors, lower cpus_per_learner, or set cpus_per_collector to null (unpinned)"
     else:
         fix = f"place at most {available} learner(s) there"
+    need = f"{where} has {available} CPU(s) for {count} {what}(s), which need {count * width}; {fix}"
     return TopologyError(
         f"{where} has {available} CPU(s) for {count} {what}(s) "
-        f"but {setting}={width} needs {count * width}; {fix}"
-    )
+        f"but {setting}={width} needs {count * width}; {fix}",
+        setting=setting, value=width, fix=need,
+    )  # fmt: skip
 
 
 def place_cpus(

@@ -120,9 +120,11 @@ _TOPOLOGY_PATHS = {
     "batch_size": "algo.agent.batch_size",
     "learner_devices": f"{_OPTS}.learner_devices",
     "collector_inference_device": f"{_OPTS}.collector_inference_device",
+    "cpus_per_collector": f"{_OPTS}.cpus_per_collector",
 }
 """Key path of each setting a ``TopologyError`` names (``error.setting``). ``trainer_device`` has none:
-topology sees the resolved ``algo.trainer.device``, not the value the user wrote."""
+topology sees the resolved ``algo.trainer.device``, not the value the user wrote; nor has
+``cpus_per_learner``, which the app does not expose."""
 
 
 def topology_config_error(error: TopologyError) -> TrainerAppError:
