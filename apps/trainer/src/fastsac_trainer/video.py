@@ -110,8 +110,11 @@ def record_video(
     import imageio.v3 as iio
 
     partial = out.with_name(f".{out.stem}.partial{out.suffix}")  # the suffix tells ffmpeg the format
-    iio.imwrite(partial, np.stack(frames), plugin="FFMPEG", fps=fps, codec="libx264", macro_block_size=16)
-    os.replace(partial, out)
+    try:
+        iio.imwrite(partial, np.stack(frames), plugin="FFMPEG", fps=fps, codec="libx264", macro_block_size=16)
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)  # a failed write (no ffmpeg, a full disk) leaves nothing
     if gif:
         _write_whole(out.with_suffix(".gif"), gif_of(frames, fps))
     return VideoInfo(out, len(frames), fps)
@@ -119,8 +122,11 @@ def record_video(
 
 def _write_whole(path: Path, data: bytes) -> None:
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _gif_stride(frames: int) -> int:
