@@ -13,6 +13,7 @@ run's config is written once per launch as text (``config``) and as hparams (dot
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 from pathlib import Path
@@ -135,12 +136,13 @@ class TensorBoardReporter:
         from PIL import Image
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        if not gif.is_file():
+        try:
+            encoded = gif.read_bytes()
+        except FileNotFoundError:
             _log.warning("no GIF of the clip %s to show in TensorBoard", gif.with_suffix(".mp4"))
             return
-        with Image.open(gif) as image:
+        with Image.open(io.BytesIO(encoded)) as image:  # the bytes read once: the size from them too
             width, height = image.size
-        encoded = gif.read_bytes()
         picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encoded)
         summary = Summary(value=[Summary.Value(tag=VIDEO_TAG, image=picture)])
         self._writer._get_file_writer().add_summary(summary, step)  # type: ignore[no-untyped-call]
