@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -108,8 +109,8 @@ class RichConsole:
     def evaluated(self, point: EvalPoint) -> None:
         """Show the evaluation in the panel now (the next snapshot carries it too)."""
         with self._lock:
-            if self._snapshot is not None:
-                self._snapshot.last_eval = point
+            if self._snapshot is not None:  # a copy: the snapshot itself is every reporter's
+                self._snapshot = dataclasses.replace(self._snapshot, last_eval=point)
 
     def checkpoint_saved(self, path: Path) -> None:
         """Show the "✓ saved checkpoint" line."""
