@@ -136,38 +136,49 @@ class TrainerRun:
         return statistics.median(late) if late else float("nan")
 
 
-def run_trainer(
-    overrides: Sequence[str],
-    run_name: str,
-    runs_root: Path,
-    timeout_s: float,
-    env: dict[str, str] | None = None,
-) -> TrainerRun:
-    """Runs ``apps/trainer`` with ``overrides`` (plain console) and returns its run folder.
+class LaunchedTrainer:
+    """A trainer process started by :func:`launch_trainer`; :meth:`wait` ends it and reads its folder.
 
     Args:
-        overrides: Hydra overrides, as on the command line (``task=humanoid``, ``algo.agent.x=1``); of
-            two for the same key the later one wins, so a script's defaults can come first.
-        run_name: The run folder's name under ``runs_root`` (must not exist yet).
-        runs_root: Where run folders go; the console output goes beside them (``<run_name>.console.log``).
-        timeout_s: The run is stopped (SIGTERM, then SIGKILL) after this many seconds.
-        env: Extra environment variables for the trainer.
-
-    Raises:
-        RuntimeError: The trainer did not exit 0 (the message names its console log).
+        cmd: The command line.
+        run_dir: Its run folder.
+        console: Where its stdout and stderr go.
+        cpus: Pin the trainer (and so its workers, whose sizing follows the affinity) to these CPUs;
+            None keeps the caller's.
+        env: Extra environment variables.
     """
-    runs_root.mkdir(parents=True, exist_ok=True)
-    console = runs_root / f"{run_name}.console.log"
-    run_dir = runs_root / run_name
-    by_key = {o.split("=", 1)[0]: o for o in [*overrides, "console=plain", f"runs_root={runs_root}"]}
-    cmd = [sys.executable, str(ROOT / "apps" / "trainer"), *by_key.values(), f"run_name={run_name}"]
-    cpus: dict[int, tuple[int, ...]] = {}
-    start = time.monotonic()
-    with console.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        run_dir: Path,
+        console: Path,
+        cpus: Sequence[int] | None,
+        env: dict[str, str] | None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.console = console
+        self.start_epoch = time.time()
+        """Unix time of the launch (seconds in results count from here)."""
+        self._start = time.monotonic()
+        self._cpus: dict[int, tuple[int, ...]] = {}
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+        with console.open("w") as out:
+            self._proc = subprocess.Popen(
+                list(cmd), stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                preexec_fn=pin,
+            )  # fmt: skip
+
+    def wait(self, timeout_s: float) -> TrainerRun:
+        """Waits for the exit (SIGTERM, then SIGKILL, ``timeout_s`` after the launch).
+
+        Raises:
+            RuntimeError: The trainer did not exit 0 (the message names its console log).
+        """
+        proc = self._proc
         try:
-            while proc.poll() is None and time.monotonic() - start < timeout_s:
-                cpus.update(_collector_cpus(run_dir / "logs" / "trainer.log"))
+            while proc.poll() is None and time.monotonic() - self._start < timeout_s:
+                self._cpus.update(_collector_cpus(self.run_dir / "logs" / "trainer.log"))
                 time.sleep(0.5)
         finally:
             if proc.poll() is None:
@@ -177,10 +188,53 @@ def run_trainer(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
-    if proc.returncode != 0:
-        tail = "\n".join(console.read_text().splitlines()[-15:])
-        raise RuntimeError(f"the trainer exited with {proc.returncode} ({console}), its last lines:\n{tail}")
-    return TrainerRun(run_dir=run_dir, console=console, wall_s=time.monotonic() - start, collector_cpus=cpus)
+        if proc.returncode != 0:
+            tail = "\n".join(self.console.read_text().splitlines()[-15:])
+            raise RuntimeError(
+                f"the trainer exited with {proc.returncode} ({self.console}), its last lines:\n{tail}"
+            )
+        return TrainerRun(
+            run_dir=self.run_dir, console=self.console, wall_s=time.monotonic() - self._start,
+            collector_cpus=self._cpus,
+        )  # fmt: skip
+
+
+def launch_trainer(
+    overrides: Sequence[str],
+    run_name: str,
+    runs_root: Path,
+    cpus: Sequence[int] | None = None,
+    env: dict[str, str] | None = None,
+) -> LaunchedTrainer:
+    """Starts ``apps/trainer`` with ``overrides`` (plain console) and returns at once.
+
+    Args:
+        overrides: Hydra overrides, as on the command line (``task=humanoid``, ``algo.agent.x=1``); of
+            two for the same key the later one wins, so a script's defaults can come first.
+        run_name: The run folder's name under ``runs_root`` (must not exist yet).
+        runs_root: Where run folders go; the console output goes beside them (``<run_name>.console.log``).
+        cpus: Pin the run to these CPUs (None: the caller's).
+        env: Extra environment variables for the trainer.
+    """
+    runs_root.mkdir(parents=True, exist_ok=True)
+    by_key = {o.split("=", 1)[0]: o for o in [*overrides, "console=plain", f"runs_root={runs_root}"]}
+    cmd = [sys.executable, str(ROOT / "apps" / "trainer"), *by_key.values(), f"run_name={run_name}"]
+    return LaunchedTrainer(cmd, runs_root / run_name, runs_root / f"{run_name}.console.log", cpus, env)
+
+
+def run_trainer(
+    overrides: Sequence[str],
+    run_name: str,
+    runs_root: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> TrainerRun:
+    """Runs ``apps/trainer`` to its end (:func:`launch_trainer`, then :meth:`LaunchedTrainer.wait`).
+
+    Raises:
+        RuntimeError: The trainer did not exit 0 (the message names its console log).
+    """
+    return launch_trainer(overrides, run_name, runs_root, env=env).wait(timeout_s)
 
 
 _SPAWNED = re.compile(r"spawned collector(\d+) \(pid (\d+)\)")

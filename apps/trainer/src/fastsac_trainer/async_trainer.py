@@ -28,7 +28,7 @@ from fastsac_async import (
 )
 from fastsac_trainer.config.placement import resolve_placement
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalLog, EvalPoint, Reporter, Snapshot
+from fastsac_trainer.reporting import EvalLog, EvalPoint, Reporter, Snapshot, replay_reuse
 
 __all__ = ["AsyncResult", "BootView", "engine_snapshot", "eval_point", "run_async"]
 
@@ -78,6 +78,9 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
         "async/weight_version": float(s.weight_version),
         "async/utd": stats.updates / max(1, stats.global_step),
     }
+    scalars["async/reuse"] = replay_reuse(
+        scalars["perf/updates_per_s"], plan.agent.batch_size, scalars["perf/env_steps_per_s"]
+    )
     collect = sum(v for k, v in s.timing_ms.items() if k in ("env_step", "inference"))
     if s.timing_ms:
         scalars["perf/collect_ms_per_batch"] = collect

@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["EvalLog", "EvalPoint", "Reporter", "Snapshot"]
+__all__ = ["EvalLog", "EvalPoint", "Reporter", "Snapshot", "replay_reuse"]
+
+
+def replay_reuse(updates_per_s: float, batch_size: int, env_steps_per_s: float) -> float:
+    """``async/reuse``: transitions sampled for gradient updates per transition collected, over one interval.
+
+    The replay ratio of the published parallel-SAC recipes (updates × batch ÷ new transitions); 0 while
+    nothing is collected.
+    """
+    return updates_per_s * batch_size / env_steps_per_s if env_steps_per_s > 0 else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

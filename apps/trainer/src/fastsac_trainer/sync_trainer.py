@@ -42,7 +42,7 @@ from fastsac_core import (
 from fastsac_core.env import BatchedEnv
 from fastsac_trainer._episode_stats import EpisodeStats
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot
+from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse
 from fastsac_trainer.sync_eval import InlineEvaluation
 
 __all__ = ["SyncResult", "run_sync"]
@@ -132,6 +132,9 @@ def _snapshot(
         "perf/collect_ms_per_batch": stage_ms["inference"] + stage_ms["env_step"],
         "async/utd": interval.updates / its,
     }
+    scalars["async/reuse"] = replay_reuse(
+        scalars["perf/updates_per_s"], plan.agent.batch_size, scalars["perf/env_steps_per_s"]
+    )
     if episodes.mean_return is not None and episodes.mean_length is not None:
         scalars["rollout/mean_return"] = episodes.mean_return
         scalars["rollout/mean_ep_len"] = episodes.mean_length

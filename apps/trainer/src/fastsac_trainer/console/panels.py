@@ -29,6 +29,7 @@ _HEADLINE = (
     ("env steps/s", "perf/env_steps_per_s", ""),
     ("updates/s", "perf/updates_per_s", ""),
     ("UTD", "async/utd", ""),
+    ("replay reuse", "async/reuse", ""),
     ("learn", "perf/learn_pct", "%"),
     ("collector wait", "perf/collector_wait_pct", "%"),
     ("policy lag", "async/policy_lag", ""),
