@@ -74,6 +74,15 @@ def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
         ),
         (["task=pendulum", "algo.trainer.save_interval=0"], "error: algo.trainer.save_interval=0 is invalid"),
         (["task=pendulum", "algo.agent.batch_size=big"], "error: algo.agent.batch_size='big' is invalid"),
+        (
+            ["task=pendulum", "algo.agent.num_updates=0"],
+            "error: algo.agent.num_updates=0 is invalid: use at least 1 update per iteration",
+        ),
+        (
+            ["task=pendulum", "task.num_envs=12", "algo.agent.batch_size=250"],
+            "error: algo.agent.batch_size=250 is invalid: it is not divisible by the run's 12 envs "
+            "(each env gives every update batch_size / 12 samples); use 240 or 252",
+        ),
         (["task=pendulum", "algo.agent.no_such_key=1"], "error: algo.agent.no_such_key is not a setting"),
         (["--cfg", "hydra"], "error: --cfg 'hydra' is not supported; use `--cfg job`"),
     ],

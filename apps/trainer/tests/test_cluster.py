@@ -108,11 +108,15 @@ def test_hosts_that_differ_in_any_hyper_parameter_disagree() -> None:
         check_agreement(records)
 
 
-def test_a_batch_that_does_not_divide_across_all_learners_is_one_line() -> None:
-    """The batch must divide across every learner of every host, not only one host's."""
-    records = [_record(h, **{"algo.agent.batch_size": 8194}) for h in range(3)]
-    with pytest.raises(TrainerAppError, match=r"batch_size=8194 is invalid: .* 6 learners \(3 hosts x 2\)"):
+def test_a_batch_that_does_not_divide_across_all_envs_is_one_line() -> None:
+    """The batch must divide across every env of every host, not only one host's."""
+    records = [_record(h, **{"algo.agent.batch_size": 8192}) for h in range(3)]
+    with pytest.raises(TrainerAppError) as info:
         check_agreement(records)
+    assert str(info.value) == (
+        "algo.agent.batch_size=8192 is invalid: it is not divisible by the run's 3072 envs "
+        "(each env gives every update batch_size / 3072 samples); use 6144 or 9216"
+    )
 
 
 def test_a_host_that_failed_to_start_stops_every_host() -> None:

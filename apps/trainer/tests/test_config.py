@@ -103,16 +103,23 @@ def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> No
         ("algo.agent.gamma=1.5", "algo.agent.gamma", "(0, 1]"),
         ("algo.agent.amp_dtype=fp8", "algo.agent.amp_dtype", "bf16 or fp16"),
         ("algo.agent.cudagraph_scope=kernel", "algo.agent.cudagraph_scope", "regions or step"),
+        ("algo.agent.num_updates=0", "algo.agent.num_updates", "use at least 1 update per iteration"),
+        ("algo.agent.batch_size=0", "algo.agent.batch_size", "use a positive batch size"),
+        ("algo.agent.learning_starts=-1", "algo.agent.learning_starts", "use 0 or more iterations"),
+        ("algo.agent.actor_hidden_dim=2", "algo.agent.actor_hidden_dim", "at least 4"),
+        ("algo.agent.num_atoms=1", "algo.agent.num_atoms", "at least 2 atoms"),
+        ("algo.agent.log_std_min=1.0", "algo.agent.log_std_min", "below log_std_max=0.0"),
         ("console=fancy", "console", "auto, rich or plain"),
     ],
 )
 def test_invalid_values_name_setting_value_and_fix(override: str, setting: str, fix_part: str) -> None:
-    """Each invalid value raises a ConfigError naming the setting, the value seen and a fix."""
+    """Each invalid value raises a one-line ConfigError naming the setting's key path, the value and a fix."""
     cfg = _cfg("task=pendulum", "task.num_envs=8", f"{OPTS}.num_collectors=1", override)
     with pytest.raises(ConfigError) as info:
         validate_config(cfg, cuda_count=1)
     assert info.value.setting == setting
     assert str(info.value).startswith(f"{setting}=")
+    assert "\n" not in str(info.value)
     assert fix_part in info.value.fix
 
 
@@ -243,6 +250,27 @@ def test_cpu_profile_keeps_env_count_divisible_by_collectors() -> None:
     apply_cpu_profile(cfg, frozenset())
     assert cfg["task"]["num_envs"] % 6 == 0
     assert cfg["algo"]["agent"]["batch_size"] % 3 == 0
+
+
+def test_a_batch_size_the_user_set_must_divide_by_the_env_count() -> None:
+    """An explicit batch_size that does not split over task.num_envs is one line with the valid sizes."""
+    overrides = ("task=pendulum", "task.num_envs=12", "algo.agent.batch_size=250")
+    explicit = frozenset({"task.num_envs", "algo.agent.batch_size"})
+    with pytest.raises(ConfigError) as info:
+        resolve_run(_cfg(*overrides), explicit=explicit, cuda_count=0)
+    assert str(info.value) == (
+        "algo.agent.batch_size=250 is invalid: it is not divisible by the run's 12 envs "
+        "(each env gives every update batch_size / 12 samples); use 240 or 252"
+    )
+
+
+def test_a_task_batch_size_is_fitted_to_the_env_count_with_a_note() -> None:
+    """A batch_size the user did not set becomes the nearest multiple of task.num_envs, and a note says so."""
+    cfg = _cfg("task=pendulum", "task.num_envs=12", f"{OPTS}.num_collectors=1")
+    run = resolve_run(cfg, explicit=frozenset({"task.num_envs", f"{OPTS}.num_collectors"}), cuda_count=0)
+    task_batch = TASKS["pendulum"].agent_overrides["batch_size"]
+    assert (task_batch, run.agent.batch_size) == (256, 252)
+    assert "algo.agent.batch_size 256->252 (divisible by task.num_envs=12)" in run.notes
 
 
 def test_resolve_run_builds_library_configs() -> None:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from fastsac_async.config import AsyncOptions
+from fastsac_async.learner.collective import SoloCollective
+from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.spec import TrainingRun, checkpoint_file
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.plan import RunPlan
@@ -83,8 +85,8 @@ def test_checkpoints_at_save_interval_and_at_the_end(tmp_path: Path) -> None:
     assert all(p.is_file() for p in expected)
     assert result.last_checkpoint == expected[-1]
     assert (result.iterations, result.env_steps, result.stop_reason) == (7, 28, "completed")
-    # Updates start after learning_starts=2 iterations: 5 iterations x 2 updates.
-    assert result.updates == 10
+    # Updates start at the iteration that completes learning_starts=2 batches: 6 iterations x 2 updates.
+    assert result.updates == 12
     assert peek_checkpoint(expected[-1])["extra"]["iteration"] == 7
     assert not reporter.closed
 
@@ -92,7 +94,9 @@ def test_checkpoints_at_save_interval_and_at_the_end(tmp_path: Path) -> None:
 def test_snapshots_carry_the_design_metrics(tmp_path: Path) -> None:
     """Every logging interval reports perf, rollout, train and sync timing under their DESIGN names."""
     reporter = RecordingReporter()
-    run_sync(make_plan(tmp_path, num_iterations=6, save_interval=100), reporter)
+    # Learning starts at iteration 3, after the first snapshot.
+    plan = make_plan(tmp_path, num_iterations=6, save_interval=100, agent={**TINY, "learning_starts": 3})
+    run_sync(plan, reporter)
     assert [s.iteration for s in reporter.snapshots] == [2, 4, 6]
     first, last = reporter.snapshots[0], reporter.snapshots[-1]
     assert first.warming_up and not last.warming_up
@@ -118,8 +122,9 @@ def test_resume_continues_the_iteration_counter(tmp_path: Path) -> None:
         make_plan(tmp_path, num_iterations=8, save_interval=100, resume_from=first.last_checkpoint), reporter
     )
     assert second.iterations == 8
-    # The replay buffer restarts empty: the first resumed iteration has no complete transition.
-    assert second.updates == first.updates + 2 * TINY["num_updates"]
+    # The replay buffer restarts empty: the first resumed iteration has no complete transition, so
+    # its updates run with the next iteration's.
+    assert second.updates == first.updates + 3 * TINY["num_updates"]
     assert [s.iteration for s in reporter.snapshots] == [6, 8]
     assert reporter.checkpoints == [checkpoint_file(tmp_path, 8)]
     assert peek_checkpoint(reporter.checkpoints[0])["extra"]["env_steps"] == 32
@@ -169,12 +174,38 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
     assert dataclasses.asdict(a.snapshots[-1])["iteration"] == 6
 
 
+@pytest.mark.parametrize("learning_starts", [0, 1, 3])
+def test_both_trainers_start_learning_at_the_same_step(tmp_path: Path, learning_starts: int) -> None:
+    """Iteration by iteration, the sync loop runs the updates the async decider grants for the same steps."""
+    agent = {**TINY, "learning_starts": learning_starts}
+    reporter = RecordingReporter()
+    result = run_sync(make_plan(tmp_path, num_iterations=6, logging_interval=1, agent=agent), reporter)
+    sync_runs = [int(s.scalars["async/utd"]) for s in reporter.snapshots]  # one iteration per snapshot
+
+    decider = TrainDecider(
+        SoloCollective(),
+        num_collectors=1,
+        num_updates=TINY["num_updates"],
+        learning_starts=learning_starts,
+        utd_mode="strict",
+    )
+    # One collector: collector steps = gstep; a buffer can be sampled once it holds 2 steps.
+    decided = [
+        decider.step(collector_steps=gstep, has_data=gstep >= 2, stop_vote=False).run_updates
+        for gstep in range(1, 7)
+    ]
+    assert sync_runs == decided
+    assert result.updates == sum(decided)
+    first = next(i for i, n in enumerate(decided, start=1) if n)
+    assert first == max(learning_starts, 2)  # the first iteration with a complete transition
+
+
 @pytest.mark.gpu
 def test_sync_trainer_on_cuda(tmp_path: Path) -> None:
     """On CUDA (compiled, CUDA graphs, bf16) the loop runs, reports finite metrics and checkpoints."""
     reporter = RecordingReporter()
     result = run_sync(make_plan(tmp_path, num_iterations=6, device="cuda"), reporter)
-    assert result.updates == 4 * TINY["num_updates"]
+    assert result.updates == 5 * TINY["num_updates"]
     last = reporter.snapshots[-1]
     assert all(math.isfinite(last.scalars[k]) for k in TRAIN)
     assert last.timing["sync"]["update"] > 0.0

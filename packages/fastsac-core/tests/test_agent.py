@@ -166,9 +166,11 @@ def test_flat_actor_params_and_inference_policy() -> None:
 
 
 def test_config_errors_name_the_setting() -> None:
-    """A batch too small for the envs and ranks is refused with the numbers and a fix."""
-    with pytest.raises(ConfigError, match=r"batch_size=8 .* world_size=1 and num_envs=16"):
+    """A batch that does not split over every env of every rank is refused with the numbers and a fix."""
+    with pytest.raises(ConfigError, match=r"^agent.batch_size=8 is invalid: .* 16 envs .*; use 16$"):
         make_agent(TINY_DIMS, tiny_config(batch_size=8), "cpu", num_envs=16)
+    with pytest.raises(ConfigError, match=r"^agent.batch_size=64 is invalid: .* 48 envs .*; use 48 or 96$"):
+        make_agent(TINY_DIMS, tiny_config(batch_size=64), "cpu", num_envs=24, world_size=2)
 
 
 @pytest.mark.gpu

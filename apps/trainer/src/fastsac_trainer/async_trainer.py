@@ -26,6 +26,7 @@ from fastsac_async import (
     WorkerFailed,
     run_engine,
 )
+from fastsac_core import learning_started
 from fastsac_trainer.config.placement import resolve_placement
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalLog, EvalPoint, Reporter, Snapshot, replay_reuse
@@ -105,7 +106,7 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
         elapsed_s=stats.elapsed_s,
         scalars=scalars,
         timing=timing,
-        warming_up=stats.global_step < plan.agent.learning_starts,
+        warming_up=not learning_started(stats.global_step, plan.agent.learning_starts),
     )
 
 

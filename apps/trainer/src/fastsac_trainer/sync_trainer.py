@@ -3,12 +3,14 @@
 It is the reference the asynchronous trainer is compared with: the same agent, buffer and
 metrics, with no concurrency. One iteration:
 
-1. choose actions for the whole batch: uniform random before ``learning_starts`` iterations,
+1. choose actions for the whole batch: uniform random for the first ``learning_starts`` iterations,
    then the agent's stochastic policy (``agent.act``);
 2. step every env (``BatchedEnv.step``, auto-reset);
 3. ingest: ``agent.buffer.extend`` the obs *before* the step with the action, reward,
    terminated and truncated flags (the buffer derives next obs from the next slot);
-4. once learning has started, ``agent.update(num_updates)``;
+4. run the updates due (``fastsac_core.updates_due``, the asynchronous learner's rule: ``num_updates``
+   per iteration from the one that completes ``learning_starts`` batches on, Note [updates due]); an
+   iteration whose buffer holds no complete transition yet keeps its updates for the next one;
 5. when due, a deterministic evaluation (``fastsac_trainer.sync_eval``), inline.
 
 Seeds: envs use ``plan.run.seed`` (like collector 0 of the async trainer), torch/numpy/python use
@@ -35,9 +37,11 @@ from fastsac_core import (
     CheckpointError,
     FastSACAgent,
     ReplayBuffer,
+    learning_started,
     load_checkpoint,
     save_checkpoint,
     step_transition,
+    updates_due,
 )
 from fastsac_core.env import BatchedEnv
 from fastsac_trainer._episode_stats import EpisodeStats
@@ -197,6 +201,7 @@ def run_sync(
         start = time.perf_counter()
         interval = _Interval()
         last_reported = last_saved = iteration
+        owed = 0  # updates due and not yet run (no complete transition to sample yet)
         log.info("sync training %s from iteration %d to %d", plan.task_name, iteration, run.num_iterations)
         while iteration < run.num_iterations:
             if should_stop():
@@ -207,7 +212,8 @@ def run_sync(
                 break
 
             t0 = time.perf_counter()
-            actions = _choose_actions(env, agent, obs, explore=iteration < cfg.learning_starts)
+            explore = not learning_started(iteration, cfg.learning_starts)
+            actions = _choose_actions(env, agent, obs, explore=explore)
             np.copyto(held_obs, obs)
             if held_critic_obs is not held_obs:
                 np.copyto(held_critic_obs, critic_obs)
@@ -220,9 +226,18 @@ def run_sync(
             obs, critic_obs = result.obs, result.critic_obs
             t3 = time.perf_counter()
             iteration += 1
-            if iteration > cfg.learning_starts and agent.buffer.num_complete >= 1:
-                interval.add_metrics(agent.update(cfg.num_updates))
-                interval.updates += cfg.num_updates
+            owed += updates_due(
+                iteration,
+                paid_gstep=iteration - 1,
+                learning_starts=cfg.learning_starts,
+                num_updates=cfg.num_updates,
+            )
+            if owed and agent.buffer.num_complete >= 1:
+                # Owed updates run in calls of num_updates, as the learner's chunks do.
+                for _ in range(owed // cfg.num_updates):
+                    interval.add_metrics(agent.update(cfg.num_updates))
+                interval.updates += owed
+                owed = 0
                 if cuda:
                     # The next act() waits for these updates anyway; syncing here only moves that
                     # wait into the "update" stage so the timing tree is honest.

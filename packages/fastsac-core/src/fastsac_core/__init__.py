@@ -1,6 +1,7 @@
 """fastsac-core: the FastSAC learner (torch only, no processes).
 
-The agent and its update steps, the replay buffer, the transition schema (the fields rings carry
+The hyper-parameters (checked when built) and the training schedule (when updates are due, for both
+trainers), the agent and its update steps, the replay buffer, the transition schema (the fields rings carry
 and the buffer stores), the empirical normalizer with an exact cross-rank merge, gradient all-reduce
 without a DDP wrapper, checkpoints, a standalone inference policy for collectors, and the
 deterministic evaluation.
@@ -24,8 +25,9 @@ from ._model import build_actor
 from ._networks import Actor, DistributionalCritic, project_distribution
 from ._normalizer import EmpiricalNormalizer, merge_normalizers
 from ._replay import ReplayBuffer
+from ._schedule import learning_started, updates_due
 from ._schema import policy_extra_fields, step_transition, transition_fields
-from .config import FastSACConfig
+from .config import FastSACConfig, batch_choices, batch_per_env
 from .env import BatchedEnv, EnvDims, EnvFactory, StepResult
 from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
 
@@ -36,6 +38,11 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "EnvFactory",
     "FastSACConfig",
     "StepResult",
+    "batch_choices",
+    "batch_per_env",
+    # Training schedule
+    "learning_started",
+    "updates_due",
     # Transition schema
     "policy_extra_fields",
     "step_transition",

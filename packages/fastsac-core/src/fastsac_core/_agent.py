@@ -9,7 +9,6 @@ prepares the batch (normalizer statistics merged over ranks, normalisation) and 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -27,13 +26,11 @@ from ._precision import Precision
 from ._replay import Batch, ReplayBuffer
 from ._schema import policy_extras
 from ._steps import UpdateSteps
-from .config import FastSACConfig
+from .config import FastSACConfig, batch_per_env
 from .env import EnvDims
 from .exceptions import ConfigError
 
 __all__ = ["FastSACAgent", "UpdateNoise", "build_actor", "sync_normalizers"]
-
-log = logging.getLogger(__name__)
 
 Observations = tuple[Tensor, Tensor, Tensor, Tensor]
 """Normalised ``(obs, next_obs, critic_obs, next_critic_obs)``."""
@@ -49,22 +46,11 @@ class UpdateNoise(NamedTuple):
 
 
 def _validate(dims: EnvDims, cfg: FastSACConfig, buffer: ReplayBuffer, world_size: int) -> int:
-    """Check the settings the agent depends on; return the per-env batch of one update on this rank."""
-    low, high = cfg.value_support
-    if cfg.num_atoms < 2 or high <= low:
-        setting = (
-            f"normalized_v_max={cfg.normalized_v_max}"
-            if cfg.reward_normalization
-            else f"v_min={cfg.v_min}, v_max={cfg.v_max}"
-        )
-        fix = "normalized_v_max > 0" if cfg.reward_normalization else "v_min < v_max"
-        raise ConfigError(
-            f"num_atoms={cfg.num_atoms}, {setting} give no C51 support; use num_atoms >= 2 and {fix}"
-        )
-    if cfg.policy_frequency < 1 or cfg.num_steps < 1:
-        raise ConfigError(
-            f"policy_frequency={cfg.policy_frequency} and num_steps={cfg.num_steps} must both be >= 1"
-        )
+    """Check that dims and buffer fit ``cfg``; return the per-env batch of one update on this rank.
+
+    ``cfg`` checked its own ranges when it was built; the batch must split evenly over every env of
+    the run (this rank's ``buffer.num_envs`` on each of ``world_size`` ranks).
+    """
     if len(dims.action_low) != dims.act_dim or len(dims.action_high) != dims.act_dim:
         raise ConfigError(f"action bounds have {len(dims.action_low)} entries; act_dim={dims.act_dim}")
     scale = buffer.reward_scale
@@ -80,21 +66,7 @@ def _validate(dims: EnvDims, cfg: FastSACConfig, buffer: ReplayBuffer, world_siz
             f"gamma={cfg.gamma}, reward_normalization={cfg.reward_normalization}; build it with "
             "ReplayBuffer.of(dims, cfg, ...)"
         )
-    num_envs = buffer.num_envs
-    batch_per_env = cfg.batch_size // world_size // num_envs
-    if batch_per_env < 1:
-        raise ConfigError(
-            f"batch_size={cfg.batch_size} gives no sample per env with world_size={world_size} and"
-            f" num_envs={num_envs} per learner; use batch_size >= {world_size * num_envs}"
-        )
-    if batch_per_env * world_size * num_envs != cfg.batch_size:
-        log.warning(
-            "batch_size=%d is not a multiple of world_size*num_envs=%d; each update uses %d samples",
-            cfg.batch_size,
-            world_size * num_envs,
-            batch_per_env * world_size * num_envs,
-        )
-    return batch_per_env
+    return batch_per_env(cfg.batch_size, world_size * buffer.num_envs)
 
 
 class FastSACAgent:

@@ -3,14 +3,93 @@
 Defaults follow the holosoma FastSAC recipe (``fast_sac`` config values; see
 ``wiki/decisions.md``). Tasks override what they need (the MuJoCo tasks use ``gamma=0.99``
 and their own value ranges).
+
+A :class:`FastSACConfig` checks its own values when it is built (one rule per field, below, and the
+two bounds that must be ordered): every layer above (the agent, the engine, the app) trusts a record
+that exists. The one rule that needs the env count, a batch split evenly over every env, is
+:func:`batch_per_env`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
-__all__ = ["FastSACConfig"]
+from .exceptions import ConfigError
+
+__all__ = ["FastSACConfig", "batch_choices", "batch_per_env"]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_Rule = tuple[Callable[[Any], bool], str]
+
+_RULES: dict[str, _Rule] = {
+    "actor_hidden_dim": (lambda v: _count(v) and v >= 4, "use at least 4 (the layers are h, h/2, h/4 wide)"),
+    "critic_hidden_dim": (lambda v: _count(v) and v >= 4, "use at least 4 (the layers are h, h/2, h/4 wide)"),
+    "num_q_networks": (lambda v: _count(v) and v >= 1, "use at least 1 critic"),
+    "num_atoms": (lambda v: _count(v) and v >= 2, "use at least 2 atoms"),
+    "actor_lr": (lambda v: _number(v) and v >= 0, "use 0 or a positive learning rate"),
+    "critic_lr": (lambda v: _number(v) and v >= 0, "use 0 or a positive learning rate"),
+    "alpha_lr": (lambda v: _number(v) and v >= 0, "use 0 or a positive learning rate"),
+    "weight_decay": (lambda v: _number(v) and v >= 0, "use 0 or a positive weight decay"),
+    "adam_beta1": (lambda v: _number(v) and 0 <= v < 1, "use a value in [0, 1)"),
+    "adam_beta2": (lambda v: _number(v) and 0 <= v < 1, "use a value in [0, 1)"),
+    "max_grad_norm": (lambda v: _number(v) and v >= 0, "use 0 (no clipping) or a positive norm"),
+    "gamma": (lambda v: _number(v) and 0 < v <= 1, "use a discount in (0, 1]"),
+    "tau": (lambda v: _number(v) and 0 < v <= 1, "use a soft-update rate in (0, 1]"),
+    "alpha_init": (lambda v: _number(v) and v > 0, "use a positive temperature"),
+    "buffer_size": (lambda v: _count(v) and v >= 1, "use a positive per-env capacity"),
+    "batch_size": (lambda v: _count(v) and v >= 1, "use a positive batch size"),
+    "num_steps": (lambda v: _count(v) and v >= 1, "use n >= 1 for the n-step return"),
+    "learning_starts": (lambda v: _count(v) and v >= 0, "use 0 or more iterations"),
+    "num_updates": (lambda v: _count(v) and v >= 1, "use at least 1 update per iteration"),
+    "policy_frequency": (lambda v: _count(v) and v >= 1, "use at least 1 (critic updates per actor update)"),
+    "normalized_v_max": (lambda v: _number(v) and v > 0, "use a positive bound of the normalised support"),
+    "cudagraph_scope": (lambda v: v in ("regions", "step"), "use regions or step"),
+    "amp_dtype": (lambda v: v in ("bf16", "fp16"), "use bf16 or fp16"),
+}
+"""The value rule of each checked field: (accepts, the fix the error names)."""
+
+
+def batch_choices(batch_size: int, num_envs: int) -> tuple[int, ...]:
+    """The valid batch sizes nearest ``batch_size`` for ``num_envs`` envs, lower first.
+
+    A valid batch is a positive multiple of ``num_envs``: the one at or below ``batch_size`` (when
+    positive) and the next one above it.
+    """
+    lower = batch_size // num_envs * num_envs
+    return tuple(value for value in (lower, lower + num_envs) if value > 0)
+
+
+def batch_per_env(batch_size: int, num_envs: int) -> int:
+    """Samples each env gives to one update: ``batch_size / num_envs``.
+
+    Every env gives the same number of samples, so the batch must split evenly over them.
+
+    Args:
+        batch_size: ``FastSACConfig.batch_size``, the global batch of one update.
+        num_envs: The envs that feed the update: every env of the run (every learner rank's).
+
+    Raises:
+        ConfigError: ``batch_size`` is not a multiple of ``num_envs`` (its setting is ``batch_size``;
+            the fix names the nearest valid sizes).
+    """
+    if batch_size % num_envs:
+        choices = " or ".join(str(value) for value in batch_choices(batch_size, num_envs))
+        fix = (
+            f"it is not divisible by the run's {num_envs} envs (each env gives every update "
+            f"batch_size / {num_envs} samples); use {choices}"
+        )
+        raise ConfigError.of_setting("batch_size", batch_size, fix)
+    return batch_size // num_envs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +193,24 @@ class FastSACConfig:
     """Autocast the update steps on CUDA."""
     amp_dtype: Literal["bf16", "fp16"] = "bf16"
     """Autocast dtype."""
+
+    def __post_init__(self) -> None:
+        """Check every field against its rule, then ``v_min < v_max`` and ``log_std_min < log_std_max``.
+
+        Raises:
+            ConfigError: The first invalid field, with its name, the value seen and the fix.
+        """
+        for f in fields(self):
+            rule = _RULES.get(f.name)
+            value = getattr(self, f.name)
+            if rule is not None and not rule[0](value):
+                raise ConfigError.of_setting(f.name, value, rule[1])
+        # With reward normalisation the support is ±normalized_v_max and v_min/v_max go unused.
+        if not self.reward_normalization and not self.v_min < self.v_max:
+            raise ConfigError.of_setting("v_min", self.v_min, f"use a value below v_max={self.v_max}")
+        if not self.log_std_min < self.log_std_max:
+            fix = f"use a value below log_std_max={self.log_std_max}"
+            raise ConfigError.of_setting("log_std_min", self.log_std_min, fix)
 
     @property
     def value_support(self) -> tuple[float, float]:

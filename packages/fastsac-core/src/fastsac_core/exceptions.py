@@ -18,7 +18,32 @@ class FastSACCoreError(Exception):
 
 
 class ConfigError(FastSACCoreError, ValueError):
-    """A hyper-parameter or constructor argument is out of range or inconsistent with another."""
+    """A hyper-parameter or constructor argument is out of range or inconsistent with another.
+
+    Attributes:
+        setting: The :class:`~fastsac_core.FastSACConfig` field at fault (None for other arguments).
+        value: The value seen.
+        fix: What to do instead (the part of the message after "is invalid: ").
+    """
+
+    def __init__(
+        self, message: str, *, setting: str | None = None, value: object = None, fix: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.value = value
+        self.fix = fix
+
+    @classmethod
+    def of_setting(cls, setting: str, value: object, fix: str) -> ConfigError:
+        """The error of a ``FastSACConfig`` field: ``agent.<setting>=<value> is invalid: <fix>``.
+
+        Args:
+            setting: The field.
+            value: The value seen.
+            fix: What to do instead.
+        """
+        return cls(f"agent.{setting}={value!r} is invalid: {fix}", setting=setting, value=value, fix=fix)
 
 
 class ReplayBufferError(FastSACCoreError, ValueError):

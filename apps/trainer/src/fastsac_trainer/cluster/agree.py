@@ -3,8 +3,9 @@
 Every host publishes a :class:`HostRecord` (what it would run) in the run's store, waits for every
 other host's, and checks them against host 0's with :func:`check_agreement`: the same task, env
 count per host, network sizes, batch size, learner count per host and device kind, and a batch that
-divides across every learner of every host. A host that fails before it can publish its record
-publishes its error line instead, so every host stops with it.
+divides across every env of every host (``fastsac_core.batch_per_env``, as each learner checks it).
+A host that fails before it can publish its record publishes its error line instead, so every host
+stops with it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from fastsac_core import ConfigError as AgentConfigError
+from fastsac_core import batch_per_env
 from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.config.validate import agent_config_error
 
 __all__ = ["HostRecord", "check_agreement", "host_record", "render_hosts"]
 
@@ -87,7 +91,7 @@ def check_agreement(records: list[HostRecord]) -> None:
 
     Raises:
         TrainerAppError: A host failed to start, hosts disagree on a setting, the run is not the
-            asynchronous trainer, or the batch does not divide across every learner.
+            asynchronous trainer, or the batch does not divide across every env of every host.
     """
     for record in records:
         if record.error is not None:
@@ -107,14 +111,10 @@ def check_agreement(records: list[HostRecord]) -> None:
             f"algo.trainer.asynchronous=False is invalid across {hosts} hosts: the synchronous trainer is "
             "one process; use algo.trainer.asynchronous=true (or run it without torchrun)"
         )
-    per_host = first.settings["learners per host"]
-    learners, batch = hosts * per_host, first.settings["algo.agent.batch_size"]
-    if batch % learners:
-        lower = batch // learners * learners
-        raise TrainerAppError(
-            f"algo.agent.batch_size={batch} is invalid: it does not divide across the run's {learners} "
-            f"learners ({hosts} hosts x {per_host}); choose {lower or learners} or {lower + learners}"
-        )
+    try:
+        batch_per_env(first.settings["algo.agent.batch_size"], hosts * first.settings["task.num_envs"])
+    except AgentConfigError as error:
+        raise agent_config_error(error) from None
 
 
 def render_hosts(records: list[HostRecord], this_host: int, store: str) -> str:

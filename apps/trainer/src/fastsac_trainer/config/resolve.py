@@ -15,12 +15,13 @@ from fastsac_async.config import AsyncOptions
 from fastsac_async.hosts import HostGroup
 from fastsac_async.learner.profiler import profile_iterations
 from fastsac_async.spec import TrainingRun
-from fastsac_core.config import FastSACConfig
+from fastsac_core.config import FastSACConfig, batch_choices
 from fastsac_core.env import EnvDims, EnvFactory
 from fastsac_topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.config.host import host_layout, host_quota
 from fastsac_trainer.config.validate import (
+    agent_config,
     async_options,
     check_counts_of,
     eval_settings,
@@ -34,6 +35,7 @@ __all__ = [
     "CPU_PROFILE",
     "ResolvedRun",
     "apply_cpu_profile",
+    "fit_batch_size_in_place",
     "resolve_device",
     "resolve_run",
     "size_collectors_in_place",
@@ -133,10 +135,9 @@ def apply_cpu_profile(cfg: dict[str, Any], explicit: frozenset[str]) -> list[str
     """Cap the :data:`CPU_PROFILE` keys the user did not set; returns one note per change.
 
     Runs after the collector counts are sized (:func:`size_collectors_in_place`): ``num_envs`` stays
-    a multiple of ``num_collectors``.
+    a multiple of ``num_collectors``, and ``batch_size`` a multiple of the (capped) ``num_envs``.
     """
     notes = []
-    learners = cfg["algo"]["trainer"]["async_options"]["num_learners"]
     collectors = cfg["algo"]["trainer"]["async_options"]["num_collectors"]
     for path, cap in CPU_PROFILE.items():
         if path in explicit:
@@ -145,7 +146,8 @@ def apply_cpu_profile(cfg: dict[str, Any], explicit: frozenset[str]) -> list[str
         node = cfg
         for part in parents:
             node = node[part]
-        multiple = collectors if path == "task.num_envs" else learners if leaf == "batch_size" else 1
+        multiples = {"task.num_envs": collectors, "algo.agent.batch_size": cfg["task"]["num_envs"]}
+        multiple = multiples.get(path, 1)
         capped = max(cap - cap % multiple, multiple)
         if node[leaf] > capped:
             notes.append(f"{path} {node[leaf]}->{capped}")
@@ -196,11 +198,24 @@ def size_collectors_in_place(
     return sizing.reason
 
 
-def _library_config(cls: type[Any], setting: str, values: dict[str, Any]) -> Any:
-    try:
-        return cls(**values)
-    except (TypeError, ValueError) as error:
-        raise TrainerAppError(f"{setting}: {error}") from None
+def fit_batch_size_in_place(cfg: dict[str, Any], explicit: frozenset[str]) -> str:
+    """Round a batch size the user did not set to the multiple of ``task.num_envs`` nearest it.
+
+    Every env gives each update the same number of samples (``fastsac_core.batch_per_env``); a task's
+    batch size stops dividing when the env count changes (set by the user, sized to the machine). A
+    batch size the user set is left for :func:`~fastsac_trainer.config.validate.agent_config` to refuse
+    with the valid sizes, as an explicit ``task.num_envs`` is never changed either.
+
+    Returns:
+        The line saying what changed ("" if nothing).
+    """
+    agent, num_envs = cfg["algo"]["agent"], cfg["task"]["num_envs"]
+    batch = agent["batch_size"]
+    if "algo.agent.batch_size" in explicit or batch % num_envs == 0:
+        return ""
+    fitted = min(batch_choices(batch, num_envs), key=lambda value: abs(value - batch))
+    agent["batch_size"] = fitted
+    return f"algo.agent.batch_size {batch}->{fitted} (divisible by task.num_envs={num_envs})"
 
 
 def _check_environment() -> None:
@@ -255,10 +270,13 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
                 f"cpu learner: scaled {', '.join(changed)} "
                 "(set these keys explicitly to keep the task's values)"
             )
+    fitted = fit_batch_size_in_place(cfg, explicit)
+    if fitted:
+        notes.append(fitted)
     check_counts_of(cfg)  # the sized counts keep the rules the given ones were checked against
+    agent = agent_config(cfg["algo"]["agent"], num_envs=cfg["task"]["num_envs"])
     factory, dims = _probe(cfg["task"])
     options = async_options(trainer["async_options"])
-    agent = _library_config(FastSACConfig, "algo.agent", dict(cfg["algo"]["agent"]))
     return ResolvedRun(
         config=cfg,
         task_name=cfg["task"]["name"],

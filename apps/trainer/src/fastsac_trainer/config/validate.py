@@ -1,11 +1,14 @@
 """Validation of the composed config: every invalid value becomes one :class:`ConfigError`.
 
 Types are already checked by hydra against the schema. Each rule lives in one place: the app's
-own settings (task, trainer, console, the agent's ranges, the devices on this machine) are checked
-here; ``fastsac_async.AsyncOptions`` checks its fields when it is built, ``fastsac_topology.check_counts``
-owns the count rules (``num_envs % num_collectors`` ...) and ``fastsac_topology.check_learner_devices`` the
-learner device list. Their errors come back here and are worded as the app's (the key path, the
-value seen, the fix: :func:`topology_config_error`, which the placement and the collector sizing use too).
+own settings (task, trainer, console, the devices on this machine) are checked here;
+``fastsac_core.FastSACConfig`` checks the agent's fields when it is built and
+``fastsac_core.batch_per_env`` the batch's split over the envs, ``fastsac_async.AsyncOptions`` checks
+its fields when it is built, ``fastsac_topology.check_counts`` owns the count rules
+(``num_envs % num_collectors`` ...) and ``fastsac_topology.check_learner_devices`` the learner device
+list. Their errors come back here and are worded as the app's (the key path, the value seen, the
+fix: :func:`agent_config_error`, the one mapping of the agent's errors, and
+:func:`topology_config_error`, which the placement and the collector sizing use too).
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastsac_async import AsyncConfigError, AsyncOptions, EvalSettings
+from fastsac_core import ConfigError as AgentConfigError
+from fastsac_core import FastSACConfig, batch_per_env
 from fastsac_topology import AUTO, TopologyError, check_counts, check_learner_devices
 from fastsac_trainer.config.exceptions import ConfigError, TrainerAppError
 from fastsac_trainer.loggers import LOGGERS, wandb_missing
 
 __all__ = [
     "CHECKPOINT_SIGNALS",
+    "agent_config",
+    "agent_config_error",
     "async_options",
     "check_counts_of",
     "check_device",
@@ -92,18 +99,6 @@ _RULES: tuple[_Rule, ...] = (
         lambda v: v in (None, *CHECKPOINT_SIGNALS),
         "use SIGUSR1, SIGUSR2 or null (SIGINT, SIGTERM and SIGHUP always stop the run)",
     ),
-    ("algo.agent.batch_size", lambda v: v >= 1, "use a positive batch size"),
-    ("algo.agent.buffer_size", lambda v: v >= 1, "use a positive per-env capacity"),
-    ("algo.agent.num_updates", lambda v: v >= 1, "use at least 1 update per iteration"),
-    ("algo.agent.policy_frequency", lambda v: v >= 1, "use at least 1"),
-    ("algo.agent.num_steps", lambda v: v >= 1, "use n >= 1 for the n-step return"),
-    ("algo.agent.learning_starts", lambda v: v >= 0, "use 0 or more iterations"),
-    ("algo.agent.gamma", lambda v: 0 < v <= 1, "use a discount in (0, 1]"),
-    ("algo.agent.tau", lambda v: 0 < v <= 1, "use a soft-update rate in (0, 1]"),
-    ("algo.agent.num_atoms", lambda v: v >= 2, "use at least 2 atoms"),
-    ("algo.agent.normalized_v_max", lambda v: v > 0, "use a positive bound of the normalised support"),
-    ("algo.agent.amp_dtype", lambda v: v in ("bf16", "fp16"), "use bf16 or fp16"),
-    ("algo.agent.cudagraph_scope", lambda v: v in ("regions", "step"), "use regions or step"),
 )
 
 
@@ -136,6 +131,39 @@ def topology_config_error(error: TopologyError) -> TrainerAppError:
     if path is None:
         return TrainerAppError(str(error).splitlines()[0])
     return ConfigError(path, error.value, error.fix)
+
+
+_AGENT = "algo.agent"
+
+
+def agent_config_error(error: AgentConfigError) -> TrainerAppError:
+    """The agent's error worded as the app's: ``algo.agent.<setting>``, the value seen and the fix.
+
+    An error that names no setting keeps its own (first) line.
+    """
+    if error.setting is None:
+        return TrainerAppError(str(error).splitlines()[0])
+    return ConfigError(f"{_AGENT}.{error.setting}", error.value, error.fix)
+
+
+def agent_config(node: Mapping[str, Any], num_envs: int | None = None) -> FastSACConfig:
+    """The library record of ``algo.agent``, its batch checked against ``num_envs`` when given.
+
+    Args:
+        node: ``algo.agent``.
+        num_envs: Envs of the run (``task.num_envs``, after sizing); None checks the fields only.
+
+    Raises:
+        ConfigError: A field the record refuses (its own rule), or a batch that does not split over
+            the envs, worded with the key path.
+    """
+    try:
+        agent = FastSACConfig(**node)
+        if num_envs is not None:
+            batch_per_env(agent.batch_size, num_envs)
+    except AgentConfigError as error:
+        raise agent_config_error(error) from None
+    return agent
 
 
 def async_options(node: Mapping[str, Any]) -> AsyncOptions:
@@ -217,7 +245,9 @@ def check_counts_of(cfg: Mapping[str, Any]) -> None:
 
 
 def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
-    """Check the app's value rules, the async options, the count rules and the devices.
+    """Check the app's value rules, the agent's fields, the async options, the count rules and the devices.
+
+    The batch's split over the envs is checked once the env count is final (``resolve_run``).
 
     ``cfg`` is the composed config as plain containers; the auto/on/off switches are normalised
     in place (YAML booleans accepted).
@@ -232,9 +262,7 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
         value = _get(cfg, path)
         if not ok(value):
             raise ConfigError(path, value, fix)
-    agent = cfg["algo"]["agent"]
-    if not agent.get("reward_normalization", False) and not agent["v_min"] < agent["v_max"]:
-        raise ConfigError("algo.agent.v_min", agent["v_min"], f"use a value below v_max={agent['v_max']}")
+    agent_config(cfg["algo"]["agent"])
     async_options(opts)
     check_counts_of(cfg)
     check_device("algo.trainer.device", cfg["algo"]["trainer"]["device"], cuda_count)

@@ -1,12 +1,13 @@
 """How many updates a learner runs (``maybe_train``), decided in lockstep across ranks.
 
 # Note [training decision]
-``gstep = collector_steps // num_collectors`` counts full env batches collected so far. Nothing is
-owed before learning starts (``collector_steps >= learning_starts * num_collectors``); from then on
-``strict`` owes ``num_updates`` per gstep advanced (the first gstep at or past ``learning_starts``
-included, as the synchronous trainer does) and ``learner_bound`` owes ``num_updates`` whenever gstep
-advanced at all. Owed updates are kept while they cannot run (an empty replay buffer on any rank):
-samples are never dropped and the debt is never forgotten.
+``gstep = collector_steps // num_collectors`` counts full env batches collected so far. When
+learning starts and what each batch owes is ``fastsac_core.updates_due`` (Note [updates due] in
+``fastsac_core._schedule``), the rule the synchronous trainer follows too: nothing before
+``gstep == learning_starts``, then ``num_updates`` per batch. ``strict`` owes exactly that;
+``learner_bound`` owes ``num_updates`` whenever anything is due at all, however many batches came.
+Owed updates are kept while they cannot run (an empty replay buffer on any rank): samples are
+never dropped and the debt is never forgotten.
 
 Lockstep: every rank calls :meth:`TrainDecider.step` once per loop. It performs ONE small all-reduce
 of ``[new_updates (rank 0 only), stop votes, done votes, ranks without data, gstep]``, so rank 0
@@ -31,6 +32,7 @@ from typing import Literal
 
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.learner.collective import Collective
+from fastsac_core import learning_started, updates_due
 
 __all__ = ["Decision", "PublishCadence", "TrainDecider", "split_chunks"]
 
@@ -51,6 +53,8 @@ class Decision:
 
 class TrainDecider:
     """The ``maybe_train`` decision of one learner rank (see Note [training decision]).
+
+    The counts come from records that checked themselves (``AsyncOptions``, ``FastSACConfig``).
 
     Args:
         collective: The ranks' collective (``SoloCollective`` for one learner).
@@ -78,17 +82,13 @@ class TrainDecider:
             raise AsyncConfigError(
                 f"async_options.utd_mode={utd_mode!r} is not a mode; use 'strict' or 'learner_bound'"
             )
-        if num_collectors < 1 or num_updates < 1:
-            raise AsyncConfigError(
-                f"num_collectors={num_collectors} and num_updates={num_updates} must be at least 1"
-            )
         self._collective = collective
         self._num_collectors = num_collectors
         self._num_updates = num_updates
         self._learning_starts = learning_starts
         self._mode = utd_mode
         # gsteps up to and including _last_gstep are paid for.
-        self._last_gstep = max(start_gstep, learning_starts - 1)
+        self._last_gstep = start_gstep
         self._owed = 0
         if max_run is not None and max_run < 1:
             raise AsyncConfigError(f"max_run={max_run} must be at least 1 (or None for no cap)")
@@ -110,16 +110,21 @@ class TrainDecider:
 
     def learning(self, collector_steps: int) -> bool:
         """True once learning has started for these collector steps."""
-        return collector_steps >= self._learning_starts * self._num_collectors
+        return learning_started(collector_steps // self._num_collectors, self._learning_starts)
 
     def new_updates(self, collector_steps: int) -> tuple[int, int]:
         """Rank 0's count of newly owed updates for ``collector_steps`` (and the gstep); advances state."""
         gstep = collector_steps // self._num_collectors
-        if not self.learning(collector_steps) or gstep <= self._last_gstep:
+        due = updates_due(
+            gstep,
+            paid_gstep=self._last_gstep,
+            learning_starts=self._learning_starts,
+            num_updates=self._num_updates,
+        )
+        if due == 0:
             return 0, gstep
-        delta = gstep - self._last_gstep
         self._last_gstep = gstep
-        return (self._num_updates * delta if self._mode == "strict" else self._num_updates), gstep
+        return (due if self._mode == "strict" else self._num_updates), gstep
 
     def step(
         self, *, collector_steps: int, has_data: bool, stop_vote: bool, done_vote: bool = False

@@ -108,7 +108,7 @@ class Ingestor:
     Args:
         rings: The learner's rings, in collector order.
         buffer: The learner's replay buffer (its ``num_envs`` is the sum of the rings' envs).
-        max_ingest_per_iter: Slots taken per ring per drain.
+        max_ingest_per_iter: Slots taken per ring per drain (``AsyncOptions.max_ingest_per_iter``, >= 1).
         ragged: Ingest each ring's slots into its own env block as they come, instead of assembling
             generations (the buffer has one block per ring; Note [ragged ingest]).
     """
@@ -123,13 +123,13 @@ class Ingestor:
     ) -> None:
         self.readers = [RingReader(r) for r in rings]
         self.buffer = buffer
-        self.max_ingest = max(1, max_ingest_per_iter)
+        self.max_ingest = max_ingest_per_iter
         self.assembler: GenerationAssembler[Shard] = GenerationAssembler(len(rings), _take)
         layouts: list[RingLayout] = [r.layout for r in rings]
         if len({layout.names for layout in layouts}) > 1:
             raise ValueError(
                 f"rings of one learner carry different fields {[lo.names for lo in layouts]}; "
-                "build every ring of a learner from the same EnvDims (fastsac_async.spec.ring_layout)"
+                "build every ring of a learner from the same EnvDims (fastsac_async.transport.ring_layout)"
             )
         if ("critic_obs" in layouts[0].names) == buffer.shared_obs:
             raise ValueError(
