@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fastsac_async.run_layout import RunLayout
+
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root (``apps/trainer`` is launched from here)."""
 
@@ -178,7 +180,7 @@ class LaunchedTrainer:
         proc = self._proc
         try:
             while proc.poll() is None and time.monotonic() - self._start < timeout_s:
-                self._cpus.update(_collector_cpus(self.run_dir / "logs" / "trainer.log"))
+                self._cpus.update(_collector_cpus(RunLayout(self.run_dir).parent_log))
                 time.sleep(0.5)
         finally:
             if proc.poll() is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from fastsac_async.run_layout import RunLayout
 from shm_transport import list_segments
 
 _SHM = Path("/dev/shm")
@@ -55,7 +56,7 @@ class RunEnd:
     def worker_pids(run_dir: Path) -> dict[str, int]:
         """The pid of each worker of the run in ``run_dir`` (the last ``started (pid N`` of its log)."""
         pids: dict[str, int] = {}
-        for log in sorted((run_dir / "logs").glob("*.log")):
+        for log in sorted(RunLayout(run_dir).logs.glob("*.log")):
             found = _STARTED.findall(log.read_text(errors="replace"))
             if found:
                 pids[log.stem] = int(found[-1])

@@ -13,6 +13,7 @@ from fastsac_async import (
     TrainingRun,
     aggregate_collectors,
 )
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import FastSACConfig, peek_checkpoint
 from fastsac_trainer.async_trainer import engine_snapshot, run_async
 from fastsac_trainer.plan import RunPlan
@@ -70,8 +71,8 @@ def test_async_trainer_on_mujoco(tmp_path: Path, learners: int) -> None:
     assert ("collector1", "running") in boot.states
     assert result.last_checkpoint is not None and result.last_checkpoint in rec.checkpoints
     assert peek_checkpoint(result.last_checkpoint)["extra"]["collector_steps"] == [30, 30]
-    assert (tmp_path / "logs" / "collector0.log").exists()
-    assert not (tmp_path / "async_errors").exists(), "no worker wrote a traceback"
+    assert RunLayout(tmp_path).log("collector0").exists()
+    assert not RunLayout(tmp_path).errors.exists(), "no worker wrote a traceback"
     assert not [s for s in list_segments() if s.creator_pid == os.getpid()], "every segment unlinked"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from fastsac_async import AsyncOptions, EngineSpec, EngineStats, TrainingRun, WorkerFailed, run_engine
+from fastsac_async.run_layout import RunLayout
 from fastsac_async.testing import FailingEnvFactory, FakeEnvFactory, LearnerFaultEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
 
@@ -35,7 +36,7 @@ def _spec(tmp_path: Path, factory: object) -> EngineSpec:
 
 
 def _pid(tmp_path: Path, worker: str) -> int:
-    text = (tmp_path / "logs" / f"{worker}.log").read_text()
+    text = RunLayout(tmp_path).log(worker).read_text()
     match = re.search(r"started \(pid (\d+)", text)
     assert match, text
     return int(match.group(1))
@@ -64,7 +65,7 @@ def test_sigkill_mid_run_stops_everything(tmp_path: Path, victim: str, run_end: 
         fault_at=killed_at[0], stopped_at=stopped_at, bound_s=30.0,
     )  # fmt: skip
     assert failure.worker == victim and "killed by signal 9" in message
-    assert str(tmp_path / "async_errors" / f"{victim}_error.log") in message
+    assert str(RunLayout(tmp_path).error_log(victim)) in message
 
 
 @pytest.mark.slow
@@ -141,7 +142,7 @@ def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(
     run_dir = tmp_path / "runs" / "k"
     try:
         deadline = time.monotonic() + 300
-        while not list((run_dir / "checkpoints").glob("model_*.pt")):
+        while not list(RunLayout(run_dir).checkpoints.glob("model_*.pt")):
             assert parent.poll() is None and time.monotonic() < deadline, "the run trained and saved"
             time.sleep(0.5)
         pids = run_end.worker_pids(run_dir)
@@ -181,7 +182,7 @@ killed = []
 
 def on_stats(stats):
     if not killed and stats.updates > 0:
-        log = (run_dir / "logs" / "collector1.log").read_text()
+        log = RunLayout(run_dir).log("collector1").read_text()
         killed.append(int(re.search(r"started \(pid (\d+)", log).group(1)))
         os.kill(killed[0], signal.SIGKILL)
 
@@ -202,6 +203,6 @@ def test_a_sigkilled_collector_leaves_no_semaphore_for_the_resource_tracker(tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     assert "worker collector1 was killed by signal 9" in result.stdout, result.stdout + result.stderr
     assert "resource_tracker" not in result.stderr and "leaked" not in result.stderr, result.stderr
-    for log in (tmp_path / "logs").glob("*.log"):
+    for log in RunLayout(tmp_path).logs.glob("*.log"):
         for pid in re.findall(r"started \(pid (\d+)", log.read_text()):
             assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.run_dir import latest_checkpoint
 
@@ -120,7 +121,7 @@ def test_sigkill_of_the_whole_tree_then_resume_continues_to_the_budget(
     seen |= set(run_end.worker_pids(run_dir).values())
     run_end.check(processes=seen, exit_code=second.returncode, expected_exit=0, message=out)
     assert f"resuming from {killed}" in out, out
-    final = peek_checkpoint(run_dir / "checkpoints" / f"model_{BUDGET:07d}.pt")
+    final = peek_checkpoint(RunLayout(run_dir).checkpoint(BUDGET))
     assert final["extra"]["iteration"] == BUDGET
     assert final["counters"]["update_idx"] > at_kill["counters"]["update_idx"], "the update counter continues"
     if mode.startswith("async"):

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_trainer.testing import TINY_PENDULUM
 
 APP_MAIN = Path(__file__).resolve().parents[1] / "apps" / "trainer" / "__main__.py"
@@ -174,7 +175,7 @@ def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path, run_end
     assert f"error: host {victim} lost" in survivor.text(), survivor.text()
     assert stopped_s < _BOUND_S, stopped_s
     run = _run_folder(tmp_path)
-    log = run / ("logs" if victim == 1 else "host1/logs") / "trainer.log"
+    log = (RunLayout(run) if victim == 1 else RunLayout(run).host(1)).parent_log
     assert f"host {victim} lost" in log.read_text()
     _assert_gone(hosts, run_end)
 
@@ -204,7 +205,7 @@ def test_ctrl_c_on_one_hosts_torchrun_stops_every_host_with_a_final_checkpoint(
     run = _run_folder(tmp_path)
     final = re.search(r"done: iterations=(\d+)", hosts[0].text())
     assert final, hosts[0].text()
-    assert (run / "checkpoints" / f"model_{int(final.group(1)):07d}.pt").is_file()
+    assert RunLayout(run).checkpoint(int(final.group(1))).is_file()
     _assert_gone(hosts, run_end)
 
 
@@ -220,7 +221,7 @@ def test_one_host_under_torchrun_is_a_plain_run(tmp_path: Path, run_end: Any) ->
         host.close()
     run = _run_folder(tmp_path)
     assert "run across" not in host.text()
-    assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000012.pt"]
+    assert [p.name for p in RunLayout(run).checkpoints.iterdir()] == ["model_0000012.pt"]
     assert not list(run.glob("host*"))
     _assert_gone([host], run_end)
 
@@ -259,12 +260,13 @@ def test_two_hosts_train_as_one_run_then_resume_it_as_one_run(tmp_path: Path, ru
         for host in hosts:
             host.close()
     run = _run_folder(tmp_path)
-    primary = _done_line(run / "logs" / "learner0.log")
-    other = _done_line(run / "host1" / "logs" / "learner0.log")
+    primary = _done_line(RunLayout(run).log("learner0"))
+    other = _done_line(RunLayout(run).host(1).log("learner0"))
     assert primary == other and primary[0] == 16 and primary[1] > 0, (primary, other)
     assert "run across 2 hosts" in hosts[1].text() and "learner rank 1 on cpu" in hosts[0].text()
-    assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_0000016.pt"]
-    assert not list((run / "host1" / "checkpoints").iterdir()) and not list((run / "host1").glob("events.*"))
+    assert [p.name for p in RunLayout(run).checkpoints.iterdir()] == ["model_0000016.pt"]
+    host1 = RunLayout(run).host(1)
+    assert not list(host1.checkpoints.iterdir()) and not list(host1.events.glob("events.*"))
     assert list(run.glob("events.*"))
     _assert_gone(hosts, run_end)
 
@@ -277,11 +279,12 @@ def test_two_hosts_train_as_one_run_then_resume_it_as_one_run(tmp_path: Path, ru
     finally:
         for host in hosts:
             host.close()
-    checkpoint = run / "checkpoints" / "model_0000016.pt"
+    checkpoint = RunLayout(run).checkpoint(16)
     for host in hosts:
         assert f"resuming from {checkpoint}" in host.text(), host.text()
-    primary = _done_line(run / "logs" / "learner0.log", last=True)
-    other = _done_line(run / "host1" / "logs" / "learner0.log", last=True)
+    primary = _done_line(RunLayout(run).log("learner0"), last=True)
+    other = _done_line(RunLayout(run).host(1).log("learner0"), last=True)
     assert primary == other and primary[0] == 28, (primary, other)
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["model_0000016.pt", "model_0000028.pt"]
+    layout = RunLayout(run)
+    assert sorted(layout.checkpoints.iterdir()) == [layout.checkpoint(16), layout.checkpoint(28)]
     _assert_gone(hosts, run_end)

@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.testing import TINY_PENDULUM
 
@@ -51,14 +52,14 @@ def test_sync_run_then_resume_continues_the_iteration_counter(tmp_path: Path) ->
     )
     run_dir = tmp_path / "runs" / "r"
     assert "synchronous trainer: one process, 2 envs, device cpu" in first
-    assert f"✓ saved checkpoint {Path('runs/r/checkpoints/model_0000004.pt')}" in first
+    assert f"✓ saved checkpoint {RunLayout(Path('runs/r')).checkpoint(4)}" in first
     assert "done:" in first
-    for sub in ("logs", "async_errors", "checkpoints"):
-        assert (run_dir / sub).is_dir()
-    saved = OmegaConf.load(run_dir / "config.yaml")
+    for folder in RunLayout(run_dir).folders:
+        assert folder.is_dir()
+    saved = OmegaConf.load(RunLayout(run_dir).config)
     assert saved.task.name == "pendulum" and saved.algo.trainer.num_learning_iterations == 4
     assert not (tmp_path / "outputs").exists() and not (tmp_path / ".hydra").exists()
-    before = peek_checkpoint(run_dir / "checkpoints" / "model_0000004.pt")
+    before = peek_checkpoint(RunLayout(run_dir).checkpoint(4))
     assert before["extra"]["iteration"] == 4
 
     # No task or sizes on the resume command line: they come from the run's saved overrides.
@@ -73,9 +74,9 @@ def test_sync_run_then_resume_continues_the_iteration_counter(tmp_path: Path) ->
             tmp_path,
         )
     )
-    assert f"resuming from {run_dir / 'checkpoints' / 'model_0000004.pt'}" in second
+    assert f"resuming from {RunLayout(run_dir).checkpoint(4)}" in second
     assert "it 6 " in second
-    after = peek_checkpoint(run_dir / "checkpoints" / "model_0000006.pt")
+    after = peek_checkpoint(RunLayout(run_dir).checkpoint(6))
     assert after["extra"]["iteration"] == 6
     # The update counter continues (the replay buffer restarts empty, so iteration 5 may not update).
     assert (
@@ -124,10 +125,10 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     ]
     assert progress[-1].startswith("[pendulum/fastsac] it 6 ")
     assert len(progress) == len(set(progress)), f"each progress line prints once: {progress}"
-    last = max((run_dir / "checkpoints").glob("model_*.pt"))
+    last = max(RunLayout(run_dir).checkpoints.glob("model_*.pt"))
     assert peek_checkpoint(last)["extra"]["iteration"] >= 6
-    assert not list((run_dir / "async_errors").iterdir())
-    assert {p.name for p in (run_dir / "logs").iterdir()} >= {"collector0.log", "collector1.log"}
+    assert not list(RunLayout(run_dir).errors.iterdir())
+    assert {p.name for p in RunLayout(run_dir).logs.iterdir()} >= {"collector0.log", "collector1.log"}
 
 
 def test_help_lists_tasks_and_options() -> None:
@@ -158,7 +159,7 @@ def test_runs_started_at_once_with_default_names_get_their_own_folders(tmp_path:
     taken = {default_run_name("pendulum", now + s) for s in range(-2, 300)}
     for name in taken:
         (runs / name).mkdir(parents=True)
-        (runs / name / "config.yaml").write_text("another run\n")
+        RunLayout(runs / name).config.write_text("another run\n")
     command = [
         str(TRAINER_SCRIPT), *TINY, "algo.trainer.asynchronous=false",
         "algo.trainer.num_learning_iterations=4", f"runs_root={runs}",
@@ -180,8 +181,8 @@ def test_runs_started_at_once_with_default_names_get_their_own_folders(tmp_path:
     assert len(folders) == 2 and folders[0] != folders[1], folders
     for folder in folders:
         assert folder.name not in taken and folder.parent == runs
-        assert (folder / "checkpoints" / "model_0000004.pt").is_file()
+        assert RunLayout(folder).checkpoint(4).is_file()
         assert len(list(folder.glob("events.out.tfevents.*"))) == 1
     assert {p.name for p in runs.iterdir()} == taken | {f.name for f in folders}
-    assert all((runs / name / "config.yaml").read_text() == "another run\n" for name in taken)
-    assert all([p.name for p in (runs / name).iterdir()] == ["config.yaml"] for name in taken)
+    assert all(RunLayout(runs / name).config.read_text() == "another run\n" for name in taken)
+    assert all(list((runs / name).iterdir()) == [RunLayout(runs / name).config] for name in taken)

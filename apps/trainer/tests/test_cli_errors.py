@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_trainer.cli import main
 
 OPTS = "algo.trainer.async_options"
@@ -153,9 +154,7 @@ def _saved_run(tmp_path: Path, args: list[str], iteration: int) -> Path:
     run = composed(args).run
     agent = make_agent(run.dims, run.agent, "cpu", num_envs=run.config["task"]["num_envs"])
     folder = tmp_path / "old"
-    save_checkpoint(
-        folder / "checkpoints" / f"model_{iteration:07d}.pt", agent, extra={"iteration": iteration}
-    )
+    save_checkpoint(RunLayout(folder).checkpoint(iteration), agent, extra={"iteration": iteration})
     return folder
 
 
@@ -202,12 +201,12 @@ def test_resuming_an_older_checkpoint_into_its_own_folder_is_refused(
     """resume=<an earlier checkpoint> without run_name: refused, the later checkpoints stay untouched."""
     folder = _saved_run(tmp_path, SMALL, 4)
     _saved_run(tmp_path, SMALL, 6)
-    (folder / "config.yaml").write_text("task:\n  name: pendulum\n")
-    older = folder / "checkpoints" / "model_0000004.pt"
+    RunLayout(folder).config.write_text("task:\n  name: pendulum\n")
+    older = RunLayout(folder).checkpoint(4)
     line = _fail(capsys, [*SMALL, f"resume={older}"])
     assert line.startswith(f"error: resume={older} is not the latest checkpoint of {folder}"), line
     assert "model_0000006.pt is" in line and "add run_name=<new name> to branch off" in line
-    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == [
+    assert sorted(p.name for p in RunLayout(folder).checkpoints.iterdir()) == [
         "model_0000004.pt",
         "model_0000006.pt",
     ]
@@ -219,7 +218,7 @@ def test_a_new_run_never_writes_into_another_runs_folder(
     """run_name= of a non-empty folder without resume=: one line, the folder stays as it was."""
     taken = tmp_path / "runs" / "taken"
     taken.mkdir(parents=True)
-    (taken / "config.yaml").write_text("another run\n")
+    RunLayout(taken).config.write_text("another run\n")
     args = [*SMALL, "algo.trainer.num_learning_iterations=2", f"runs_root={taken.parent}", "run_name=taken"]
     line = _fail(capsys, args)
     assert line == (
@@ -227,7 +226,7 @@ def test_a_new_run_never_writes_into_another_runs_folder(
         "or leave it unset for a new <task>-<time> folder"
     )
     assert [p.name for p in taken.iterdir()] == ["config.yaml"]
-    assert (taken / "config.yaml").read_text() == "another run\n"
+    assert RunLayout(taken).config.read_text() == "another run\n"
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.cli import main
 from fastsac_trainer.testing import TINY_PENDULUM
@@ -30,11 +31,11 @@ def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
     _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6", "algo.agent.gamma=0.9"])
     _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=8"])
 
-    assert peek_checkpoint(run_dir / "checkpoints" / "model_0000008.pt")["extra"]["iteration"] == 8
-    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert peek_checkpoint(RunLayout(run_dir).checkpoint(8))["extra"]["iteration"] == 8
+    saved = OmegaConf.load(RunLayout(run_dir).config)
     assert saved.task.name == "pendulum" and saved.task.num_envs == 2
     assert saved.algo.agent.gamma == 0.9, "a setting of the first resume survives the second"
-    lines = (run_dir / "overrides.txt").read_text().splitlines()
+    lines = RunLayout(run_dir).overrides.read_text().splitlines()
     keys = [line.partition("=")[0] for line in lines]
     assert len(keys) == len(set(keys)), f"one entry per key: {lines}"
     assert "algo.trainer.num_learning_iterations=8" in lines and "algo.agent.gamma=0.9" in lines

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.run_dir import (
     create_default_run_dir,
@@ -22,23 +23,24 @@ from fastsac_trainer.run_dir import (
 def test_create_run_dir_makes_the_layout_and_saves_the_config(tmp_path: Path) -> None:
     """The run folder has logs/, async_errors/, checkpoints/ and the resolved config.yaml."""
     run_dir = create_run_dir(tmp_path / "runs", "r", "seed: 3\n")
-    assert {p.name for p in run_dir.iterdir()} == {"logs", "async_errors", "checkpoints", "config.yaml"}
-    assert (run_dir / "config.yaml").read_text() == "seed: 3\n"
+    layout = RunLayout(run_dir)
+    assert set(run_dir.iterdir()) == {*layout.folders, layout.config}
+    assert RunLayout(run_dir).config.read_text() == "seed: 3\n"
 
 
 def test_create_run_dir_refuses_a_run_with_checkpoints_unless_resuming(tmp_path: Path) -> None:
     """An existing run with checkpoints is not overwritten by a new run of the same name."""
     run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
-    (run_dir / "checkpoints" / "model_0000010.pt").write_bytes(b"x")
+    RunLayout(run_dir).checkpoint(10).write_bytes(b"x")
     with pytest.raises(TrainerAppError, match="holds checkpoints already"):
         create_run_dir(tmp_path, "r", "a: 2\n")
     create_run_dir(tmp_path, "r", "a: 2\n", resuming=True)
-    assert (run_dir / "config.yaml").read_text() == "a: 2\n"
+    assert RunLayout(run_dir).config.read_text() == "a: 2\n"
 
 
 def test_latest_checkpoint_is_the_highest_iteration(tmp_path: Path) -> None:
     """The latest checkpoint is the highest iteration; best.pt, partial writes and other files are ignored."""
-    folder = tmp_path / "checkpoints"
+    folder = RunLayout(tmp_path).checkpoints
     folder.mkdir()
     names = ("model_0000900.pt", "model_0001000.pt", "model_0000100.pt", "model_0001000.onnx", "notes.txt",
              "best.pt", ".model_0002000.pt.k3x9.tmp")  # fmt: skip
@@ -50,8 +52,8 @@ def test_latest_checkpoint_is_the_highest_iteration(tmp_path: Path) -> None:
 
 def test_resolve_resume_accepts_run_folder_checkpoints_folder_and_file(tmp_path: Path) -> None:
     """resume= takes a run folder, its checkpoints/ folder or a file, and finds the run folder."""
-    (tmp_path / "config.yaml").write_text("task: {}\n")
-    folder = tmp_path / "checkpoints"
+    RunLayout(tmp_path).config.write_text("task: {}\n")
+    folder = RunLayout(tmp_path).checkpoints
     folder.mkdir()
     (folder / "model_0000002.pt").write_bytes(b"x")
     (folder / "model_0000004.pt").write_bytes(b"x")
@@ -68,7 +70,7 @@ def test_a_loose_checkpoint_file_belongs_to_no_run_folder(tmp_path: Path) -> Non
     loose = tmp_path / "model_0000004.pt"
     loose.write_bytes(b"x")
     assert resolve_resume(str(loose)) == (loose, None)
-    copied = tmp_path / "elsewhere" / "checkpoints" / "model_0000004.pt"  # no config.yaml above it
+    copied = RunLayout(tmp_path / "elsewhere").checkpoint(4)  # no config.yaml above it
     copied.parent.mkdir(parents=True)
     copied.write_bytes(b"x")
     assert resolve_resume(str(copied)) == (copied, None)
@@ -115,7 +117,8 @@ def test_default_names_of_runs_started_at_once_are_unique(tmp_path: Path) -> Non
     base = default_run_name("pendulum", now)
     assert sorted(p.name for p in results) == [base, f"{base}-2", f"{base}-3", f"{base}-4"]  # type: ignore[union-attr]
     for folder in results:
-        assert {p.name for p in folder.iterdir()} == {"logs", "async_errors", "checkpoints", "config.yaml"}  # type: ignore[union-attr]
+        layout = RunLayout(folder)  # type: ignore[arg-type]
+        assert set(layout.root.iterdir()) == {*layout.folders, layout.config}
 
 
 def test_a_new_run_never_writes_into_a_non_empty_folder(tmp_path: Path) -> None:
@@ -132,9 +135,9 @@ def test_a_new_run_never_writes_into_a_non_empty_folder(tmp_path: Path) -> None:
 def test_a_resume_removes_the_partial_checkpoint_a_kill_left(tmp_path: Path) -> None:
     """A checkpoint write cut short by a kill leaves a temporary file; resuming into the folder removes it."""
     run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
-    partial = run_dir / "checkpoints" / ".model_0000010.pt.abc123.tmp"
+    partial = RunLayout(run_dir).checkpoints / ".model_0000010.pt.abc123.tmp"
     partial.write_bytes(b"torn")
-    kept = run_dir / "checkpoints" / "model_0000008.pt"
+    kept = RunLayout(run_dir).checkpoint(8)
     kept.write_bytes(b"x")
     create_run_dir(tmp_path, "r", "a: 2\n", resuming=True)
     assert not partial.exists() and kept.exists()

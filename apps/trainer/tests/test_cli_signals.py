@@ -23,6 +23,7 @@ from typing import IO
 
 import pytest
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.testing import TINY_PENDULUM
 
@@ -111,7 +112,7 @@ class _Run:
 
 
 def _worker_pids(run_dir: Path) -> list[int]:
-    logs = [p for p in (run_dir / "logs").glob("*.log") if p.name != "trainer.log"]
+    logs = [p for p in RunLayout(run_dir).logs.glob("*.log") if p.name != "trainer.log"]
     return [int(m.group(1)) for p in logs for m in re.finditer(r"started \(pid (\d+)", p.read_text())]
 
 
@@ -120,7 +121,7 @@ def _assert_nothing_left(run_dir: Path, err: str) -> None:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(), pid
     assert "resource_tracker" not in err, err
     assert "Traceback" not in err, err
-    assert not list((run_dir / "checkpoints").glob(".*.tmp")), "a partial checkpoint was left"
+    assert not list(RunLayout(run_dir).checkpoints.glob(".*.tmp")), "a partial checkpoint was left"
 
 
 def _final_iteration(out: str) -> int:
@@ -155,10 +156,10 @@ def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_contin
     assert stopped_s < 30, stopped_s
     run_dir = tmp_path / "runs" / "r"
     _assert_nothing_left(run_dir, err)
-    log = (run_dir / "logs" / "trainer.log").read_text()
+    log = RunLayout(run_dir).parent_log.read_text()
     assert f"stop_reason={sig.name}" in log and "(exit 0)" in log
     saved = _final_iteration(out)
-    assert peek_checkpoint(run_dir / "checkpoints" / f"model_{saved:07d}.pt")["extra"]["iteration"] == saved
+    assert peek_checkpoint(RunLayout(run_dir).checkpoint(saved))["extra"]["iteration"] == saved
 
     if sig != signal.SIGTERM:
         return  # resuming the checkpoint of another signal's stop is the same path as SIGTERM's
@@ -169,7 +170,7 @@ def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_contin
     finally:
         resumed.close()
     assert code == 0, out + err
-    assert f"resuming from {run_dir / 'checkpoints' / f'model_{saved:07d}.pt'}" in out
+    assert f"resuming from {RunLayout(run_dir).checkpoint(saved)}" in out
     assert _final_iteration(out) >= budget and "stop_reason=completed" in out
     _assert_nothing_left(run_dir, err)
 
@@ -205,7 +206,7 @@ def test_closing_the_terminal_of_an_async_run_stops_it_cleanly(tmp_path: Path) -
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    log = tmp_path / "runs" / "r" / "logs" / "trainer.log"
+    log = RunLayout(tmp_path / "runs" / "r").parent_log
     try:
         deadline = time.monotonic() + 120
         while "] it " not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
@@ -227,14 +228,14 @@ def test_closing_the_terminal_of_an_async_run_stops_it_cleanly(tmp_path: Path) -
     _assert_nothing_left(run_dir, err)
     text = log.read_text()
     assert "stop requested (SIGHUP)" in text and "stop_reason=SIGHUP" in text and "(exit 0)" in text, text
-    assert all("most recent call first" not in p.read_text() for p in (run_dir / "logs").glob("*.log"))
+    assert all("most recent call first" not in p.read_text() for p in RunLayout(run_dir).logs.glob("*.log"))
 
 
 @pytest.mark.slow
 def test_a_closed_stdout_never_stops_the_run_and_the_log_keeps_every_line(tmp_path: Path) -> None:
     """The parent's stdout closed mid-run: training and its log go on; SIGTERM still ends it cleanly."""
     run = _Run(tmp_path, [*TINY, *ASYNC, LONG, "run_name=r"])
-    log_path = tmp_path / "runs" / "r" / "logs" / "trainer.log"
+    log_path = RunLayout(tmp_path / "runs" / "r").parent_log
     try:
         run.wait_for("] it ")
         assert run.proc.stdout is not None
@@ -254,7 +255,7 @@ def test_a_closed_stdout_never_stops_the_run_and_the_log_keeps_every_line(tmp_pa
     assert "stop_reason=SIGTERM" in log and "(exit 0)" in log, log
     saved = _final_iteration(log)
     assert saved >= iteration_at_loss + 20, log
-    assert peek_checkpoint(run_dir / "checkpoints" / f"model_{saved:07d}.pt")["extra"]["iteration"] == saved
+    assert peek_checkpoint(RunLayout(run_dir).checkpoint(saved))["extra"]["iteration"] == saved
 
 
 def _last_iteration(log: str) -> int:
@@ -302,4 +303,4 @@ def test_a_second_sigterm_or_the_grace_period_during_the_final_checkpoint_stops_
     assert stopped_s < 15, stopped_s
     run_dir = tmp_path / "runs" / "r"
     _assert_nothing_left(run_dir, err)
-    assert "stopped at once" in (run_dir / "logs" / "trainer.log").read_text()
+    assert "stopped at once" in RunLayout(run_dir).parent_log.read_text()

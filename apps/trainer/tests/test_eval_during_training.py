@@ -14,6 +14,7 @@ import torch
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.evaluate import evaluate, load_policy
 from fastsac_trainer.tasks import env_factory_for
@@ -53,13 +54,13 @@ def test_async_run_logs_eval_at_the_cadence_and_best_pt_reproduces_its_return(tm
     steps = _eval_steps(run_dir)
     assert len(steps) >= 2, steps
     assert all(b - a >= 50 * 2 for a, b in itertools.pairwise(steps)), f"cadence: {steps}"
-    finished = re.findall(r"EvalReport\(global_step=(\d+),", (run_dir / "logs" / "evaluator.log").read_text())
+    finished = re.findall(r"EvalReport\(global_step=(\d+),", RunLayout(run_dir).log("evaluator").read_text())
     assert steps == [2 * int(g) for g in finished], "every finished evaluation is logged, the last included"
-    best = run_dir / "checkpoints" / "best.pt"
+    best = RunLayout(run_dir).best_checkpoint
     extra = peek_checkpoint(best)["extra"]
     assert extra["iteration"] * 2 in steps, "best.pt holds weights that were evaluated and logged"
     policy, _ = load_policy(best)
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
+    config = OmegaConf.to_container(OmegaConf.load(RunLayout(run_dir).config), resolve=True)
     task = config["task"]  # type: ignore[index]
     assert evaluate(policy, env_factory_for(task), 2, 0).mean_return == extra["eval_return"], "exactly"
     printed = _trainer(["eval", f"checkpoint={best}", "episodes=2"], tmp_path)
@@ -73,7 +74,7 @@ def test_sync_run_evaluates_every_eval_interval_and_a_resume_keeps_the_better_be
     _trainer([*sync, "algo.trainer.num_learning_iterations=60"], tmp_path)
     run_dir = tmp_path / "runs" / "r"
     assert _eval_steps(run_dir) == [40, 80, 120], "every 20 iterations of 2 envs"
-    best = run_dir / "checkpoints" / "best.pt"
+    best = RunLayout(run_dir).best_checkpoint
     payload = torch.load(best, weights_only=True)
     payload["extra"]["eval_return"] = 1e9  # a best no later evaluation can beat
     torch.save(payload, best)
@@ -102,10 +103,7 @@ def test_evaluating_leaves_the_synchronous_training_unchanged(tmp_path: Path) ->
         tmp_path,
     )
     assert _eval_steps(tmp_path / "runs" / "on") == [20, 40, 60]
-    actors = [
-        load_policy(tmp_path / "runs" / r / "checkpoints" / "model_0000030.pt")[0].actor
-        for r in ("on", "off")
-    ]
+    actors = [load_policy(RunLayout(tmp_path / "runs" / r).checkpoint(30))[0].actor for r in ("on", "off")]
     for (name, a), b in zip(actors[0].state_dict().items(), actors[1].state_dict().values(), strict=True):
         assert torch.equal(a, b), name
 

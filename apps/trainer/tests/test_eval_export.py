@@ -9,12 +9,12 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import save_checkpoint
 from fastsac_core.testing import make_agent
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.evaluate import eval_main, evaluate, load_policy
 from fastsac_trainer.export import export_main
-from fastsac_trainer.run_dir import CONFIG_FILE
 from fastsac_trainer.tasks import get_task, probe_dims
 
 
@@ -31,10 +31,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             param.add_(0.5 * torch.randn(param.shape, generator=generator))
     agent.obs_normalizer(3.0 * torch.randn(256, dims.obs_dim, generator=generator) + 1.0, update=True)
     folder = tmp_path_factory.mktemp("run")
-    (folder / CONFIG_FILE).write_text(
+    RunLayout(folder).config.write_text(
         f"task:\n  name: pendulum\n  env_id: {spec.env_id}\n  max_episode_steps: {spec.max_episode_steps}\n"
     )
-    save_checkpoint(folder / "checkpoints" / "model_0000007.pt", agent, extra={"iteration": 7})
+    save_checkpoint(RunLayout(folder).checkpoint(7), agent, extra={"iteration": 7})
     return folder
 
 
@@ -45,7 +45,7 @@ def test_export_matches_the_checkpoint_policy(
     out = tmp_path / "policy.onnx"
     assert export_main([f"checkpoint={run_dir}", "format=onnx", f"out={out}"]) == 0
     assert f"-> {out}" in capsys.readouterr().out
-    policy, meta = load_policy(run_dir / "checkpoints" / "model_0000007.pt")
+    policy, meta = load_policy(RunLayout(run_dir).checkpoint(7))
     obs = (4.0 * torch.randn(64, meta["dims"]["obs_dim"], generator=torch.Generator().manual_seed(1))).float()
     expected = policy(obs).numpy()
     runtime = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
@@ -66,7 +66,7 @@ def test_eval_prints_the_mean_return(run_dir: Path, capsys: pytest.CaptureFixtur
     """
     assert eval_main([f"checkpoint={run_dir}", "episodes=3", "seed=5"]) == 0
     line = capsys.readouterr().out.strip()
-    policy, _ = load_policy(run_dir / "checkpoints" / "model_0000007.pt")
+    policy, _ = load_policy(RunLayout(run_dir).checkpoint(7))
     result = evaluate(policy, get_task("pendulum").env_factory(), 3, seed=5)
     assert len(result.returns) == 3
     assert all(r in (n, n - 1) for r, n in zip(result.returns, result.lengths, strict=True))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import peek_checkpoint
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -44,7 +45,7 @@ def _run(args: list[str], cwd: Path, **env: str) -> str:
 
 
 def _iteration(run_dir: Path) -> int:
-    last = max((run_dir / "checkpoints").glob("model_*.pt"))
+    last = max(RunLayout(run_dir).checkpoints.glob("model_*.pt"))
     return int(peek_checkpoint(last)["extra"]["iteration"])
 
 
@@ -75,7 +76,7 @@ def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_g
     run_dir = tmp_path / "runs" / "r"
     assert _iteration(run_dir) == 6
     if "algo.trainer.asynchronous=true" in mode:
-        log = (run_dir / "logs" / "learner0.log").read_text()
+        log = RunLayout(run_dir).log("learner0").read_text()
         assert "host transition ring instead of CUDA IPC" not in log, "the rings were CUDA-IPC rings"
     out = _run([f"resume={run_dir}", "algo.trainer.num_learning_iterations=10", "console=plain"], tmp_path)
     assert "resuming from" in out
@@ -86,7 +87,7 @@ def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_g
     onnx = tmp_path / "policy.onnx"
     _run(["export", f"checkpoint={run_dir}", "format=onnx", f"out={onnx}"], tmp_path, **no_gpu)
     assert onnx.stat().st_size > 0
-    best = run_dir / "checkpoints" / "best.pt"
+    best = RunLayout(run_dir).best_checkpoint
     kept_for = float(peek_checkpoint(best)["extra"]["eval_return"])
     printed = _run(["eval", f"checkpoint={best}", "episodes=2"], tmp_path, **no_gpu)
     assert f"mean return {kept_for:.2f}" in printed, printed
@@ -112,7 +113,7 @@ def test_a_cuda_run_records_clips_of_its_evaluations_with_egl(tmp_path: Path) ->
     assert done.returncode == 0 and "Traceback" not in out, out
     assert "rendered with MUJOCO_GL=egl" in out, "EGL is the GPU host's backend"
     run_dir = tmp_path / "runs" / "v"
-    videos = sorted((run_dir / "videos").glob("eval_*.mp4"))
+    videos = sorted(RunLayout(run_dir).videos.glob("eval_*.mp4"))
     assert videos and all(v.with_suffix(".gif").stat().st_size > 0 for v in videos), out
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
     events.Reload()
@@ -133,16 +134,16 @@ def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: P
     run_dir = tmp_path / "runs" / "t"
     try:
         deadline = time.monotonic() + 300
-        learner_log = run_dir / "logs" / "learner0.log"
+        learner_log = RunLayout(run_dir).log("learner0")
         # Past the first update chunk's compile (a stop during it outlasts the grace period: the
         # reliability page's row), and a checkpoint after it.
         while (
             not (learner_log.exists() and "first update chunk" in learner_log.read_text())
-            or len(list((run_dir / "checkpoints").glob("model_*.pt"))) < 2
+            or len(list(RunLayout(run_dir).checkpoints.glob("model_*.pt"))) < 2
         ):
             assert proc.poll() is None and time.monotonic() < deadline, "the run trains and saves"
             time.sleep(0.5)
-        pids = [int(m.group(1)) for log in (run_dir / "logs").glob("*[0-9].log")
+        pids = [int(m.group(1)) for log in RunLayout(run_dir).logs.glob("*[0-9].log")
                 if (m := re.search(r"started \(pid (\d+)", log.read_text()))]  # fmt: skip
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.loggers import WandbReporter, quote_logger_list
 from fastsac_trainer.reporting import EvalPoint, Snapshot
@@ -72,7 +73,7 @@ def wandb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def _wandb_launches(run_dir: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each launch's run record and history rows as wandb's own reader prints them, in start order."""
     launches = []
-    for folder in (run_dir / "wandb").glob("offline-run-*"):
+    for folder in RunLayout(run_dir).wandb_files.glob("offline-run-*"):
         command = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(folder)]
         read = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
         records = [json.loads(line) for line in read.stdout.splitlines()]
@@ -110,7 +111,7 @@ def test_wandb_offline_run_holds_every_tensorboard_scalar(tmp_path: Path, wandb:
     ]
     assert [row["_step"] for row in history] == [1, 2], "W&B's step is the iteration"
     assert run["run_group"] == "grp" and run["project"] == "p"
-    assert run["run_id"] == (tmp_path / "wandb_id.txt").read_text().strip()
+    assert run["run_id"] == RunLayout(tmp_path).wandb_id.read_text().strip()
     assert run["config"]["update"]["seed"] == 3 and run["config"]["update"]["task"] == {"name": "pendulum"}
 
 
@@ -144,7 +145,7 @@ def test_after_a_refused_rewind_every_later_resume_of_the_run_is_plain(
     monkeypatch.setattr(wandb, "init", refusing_init)
     for resumed_at, iterations in ((None, (10, 20, 30)), (20, (25, 35)), (35, (40,))):
         _launch(wandb, WandbReporter(tmp_path, {"seed": 3}, "p", None, None, resumed_at), iterations)
-    run_id = (tmp_path / "wandb_id.txt").read_text().split()[0]
+    run_id = RunLayout(tmp_path).wandb_id.read_text().split()[0]
     assert rewinds == [f"{run_id}?_step=20"], "only the first resume asks for a rewind"
     assert "counts its own steps since a rewind was refused" in caplog.text
     launches = _wandb_launches(tmp_path)
@@ -166,7 +167,7 @@ def test_wandb_logs_each_evaluation_with_its_clip_and_one_after_the_last_snapsho
     tmp_path: Path, wandb: Any
 ) -> None:
     """An evaluation goes into the next snapshot's step with its clip; one after the last, a step later."""
-    clip = tmp_path / "videos" / "eval_0000001.mp4"
+    clip = RunLayout(tmp_path).eval_clip(1)
     clip.parent.mkdir()
     write = (
         "import sys, numpy, imageio.v3 as iio; iio.imwrite(sys.argv[1], numpy.zeros((4, 16, 16, 3), 'uint8'))"
@@ -180,7 +181,7 @@ def test_wandb_logs_each_evaluation_with_its_clip_and_one_after_the_last_snapsho
     assert evals == [(1, 1.0, 8), (2, None, None), (3, 2.0, 16)]
     assert history[0]["eval/video._type"] == "video-file", history[0]
     assert not any(key.startswith("eval/video") for key in history[2])
-    media = list((tmp_path / "wandb").glob("offline-run-*/files/" + history[0]["eval/video.path"]))
+    media = list(RunLayout(tmp_path).wandb_files.glob("offline-run-*/files/" + history[0]["eval/video.path"]))
     assert len(media) == 1 and media[0].read_bytes() == clip.read_bytes(), "the clip itself is in the run"
 
 
@@ -246,7 +247,7 @@ def test_a_killed_run_resumed_from_its_checkpoint_keeps_every_later_point_in_wan
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
     (killed, killed_rows), (again, again_rows) = _wandb_launches(run_dir)
-    assert killed["run_id"] == again["run_id"] == (run_dir / "wandb_id.txt").read_text().strip()
+    assert killed["run_id"] == again["run_id"] == RunLayout(run_dir).wandb_id.read_text().strip()
     assert max(row["_step"] for row in killed_rows) > at, "the killed launch logged past its checkpoint"
     assert again["branch_point"] == {"run": killed["run_id"], "metric": "_step", "value": at}
     # Every point the resume logged, at its iteration and env steps, as TensorBoard holds it too.

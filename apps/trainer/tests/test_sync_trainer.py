@@ -12,7 +12,8 @@ import pytest
 from fastsac_async.config import AsyncOptions
 from fastsac_async.learner.collective import SoloCollective
 from fastsac_async.learner.decider import TrainDecider
-from fastsac_async.spec import TrainingRun, checkpoint_file
+from fastsac_async.run_layout import RunLayout
+from fastsac_async.spec import TrainingRun
 from fastsac_core import peek_checkpoint
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.sync_trainer import run_sync
@@ -80,7 +81,7 @@ def test_checkpoints_at_save_interval_and_at_the_end(tmp_path: Path) -> None:
     """Checkpoints are written at every save_interval and once more at the final iteration."""
     reporter = RecordingReporter()
     result = run_sync(make_plan(tmp_path), reporter)
-    expected = [checkpoint_file(tmp_path, i) for i in (3, 6, 7)]
+    expected = [RunLayout(tmp_path).checkpoint(i) for i in (3, 6, 7)]
     assert reporter.checkpoints == expected
     assert all(p.is_file() for p in expected)
     assert result.last_checkpoint == expected[-1]
@@ -116,7 +117,7 @@ def test_snapshots_carry_the_design_metrics(tmp_path: Path) -> None:
 def test_resume_continues_the_iteration_counter(tmp_path: Path) -> None:
     """A run resumed from a checkpoint continues its iteration and update counters."""
     first = run_sync(make_plan(tmp_path, num_iterations=5, save_interval=100), RecordingReporter())
-    assert first.last_checkpoint == checkpoint_file(tmp_path, 5)
+    assert first.last_checkpoint == RunLayout(tmp_path).checkpoint(5)
     reporter = RecordingReporter()
     second = run_sync(
         make_plan(tmp_path, num_iterations=8, save_interval=100, resume_from=first.last_checkpoint), reporter
@@ -126,7 +127,7 @@ def test_resume_continues_the_iteration_counter(tmp_path: Path) -> None:
     # its updates run with the next iteration's.
     assert second.updates == first.updates + 3 * TINY["num_updates"]
     assert [s.iteration for s in reporter.snapshots] == [6, 8]
-    assert reporter.checkpoints == [checkpoint_file(tmp_path, 8)]
+    assert reporter.checkpoints == [RunLayout(tmp_path).checkpoint(8)]
     assert peek_checkpoint(reporter.checkpoints[0])["extra"]["env_steps"] == 32
 
 
@@ -149,7 +150,7 @@ def test_should_stop_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
         should_stop=lambda: next(calls) >= 4,
     )
     assert (result.iterations, result.stop_reason) == (4, "stop_requested")
-    assert reporter.checkpoints == [checkpoint_file(tmp_path, 4)]
+    assert reporter.checkpoints == [RunLayout(tmp_path).checkpoint(4)]
     assert reporter.snapshots[-1].iteration == 4
 
 
@@ -158,7 +159,7 @@ def test_time_limit_ends_with_a_final_checkpoint(tmp_path: Path) -> None:
     reporter = RecordingReporter()
     result = run_sync(make_plan(tmp_path, num_iterations=50, time_limit_s=0.0), reporter)
     assert (result.iterations, result.stop_reason) == (0, "time_limit")
-    assert reporter.checkpoints == [checkpoint_file(tmp_path, 0)]
+    assert reporter.checkpoints == [RunLayout(tmp_path).checkpoint(0)]
 
 
 def test_same_seed_same_run(tmp_path: Path) -> None:
@@ -209,4 +210,4 @@ def test_sync_trainer_on_cuda(tmp_path: Path) -> None:
     last = reporter.snapshots[-1]
     assert all(math.isfinite(last.scalars[k]) for k in TRAIN)
     assert last.timing["sync"]["update"] > 0.0
-    assert result.last_checkpoint == checkpoint_file(tmp_path, 6)
+    assert result.last_checkpoint == RunLayout(tmp_path).checkpoint(6)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_trainer.testing import TINY_RUN
 
 TINY = ["task=gym", "task.env_factory=point_env:make", "task.env_kwargs={episode_steps:10}", *TINY_RUN]
@@ -53,13 +54,13 @@ def test_own_batched_env_trains_then_evaluates_and_exports(
     out = _ok(_trainer([*TINY, *trainer.split(), "run_name=r"], tmp_path, point_env_dir))
     run_dir = tmp_path / "runs" / "r"
     assert "stop_reason=completed" in out
-    saved = OmegaConf.load(run_dir / "config.yaml")
+    saved = OmegaConf.load(RunLayout(run_dir).config)
     assert saved.task.env_factory == "point_env:make" and saved.task.env_kwargs.episode_steps == 10
-    assert (run_dir / "checkpoints" / "model_0000006.pt").is_file()
+    assert RunLayout(run_dir).checkpoint(6).is_file()
     evaluated = _ok(_trainer(["eval", f"checkpoint={run_dir}", "episodes=3"], tmp_path, point_env_dir))
     assert evaluated.startswith("point_env:make ") and "over 3 episodes, mean length 10.0" in evaluated
     exported = _ok(_trainer(["export", f"checkpoint={run_dir}"], tmp_path, point_env_dir))
-    assert (run_dir / "checkpoints" / "model_0000006.onnx").is_file(), exported
+    assert RunLayout(run_dir).checkpoint(6).with_suffix(".onnx").is_file(), exported
 
 
 BAD = """

@@ -21,10 +21,10 @@ import torch
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import save_checkpoint
 from fastsac_core.testing import make_agent
 from fastsac_trainer.rendering import BACKENDS, RenderingError, _probe, select_gl
-from fastsac_trainer.run_dir import CONFIG_FILE
 from fastsac_trainer.tasks import get_task, probe_dims
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -67,10 +67,10 @@ def cheetah_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for param in agent.model.actor.parameters():
             param.add_(0.5 * torch.randn(param.shape, generator=torch.Generator().manual_seed(0)))
     folder = tmp_path_factory.mktemp("run")
-    (folder / CONFIG_FILE).write_text(
+    RunLayout(folder).config.write_text(
         f"task:\n  name: halfcheetah\n  env_id: {spec.env_id}\n  max_episode_steps: null\n"
     )
-    save_checkpoint(folder / "checkpoints" / "model_0000003.pt", agent, extra={"iteration": 3})
+    save_checkpoint(RunLayout(folder).checkpoint(3), agent, extra={"iteration": 3})
     return folder
 
 
@@ -83,7 +83,7 @@ def test_eval_video_decodes_with_the_expected_frames(backend: str, cheetah_run: 
                "video_steps=24"]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    out = cheetah_run / "videos" / "model_0000003.mp4"
+    out = RunLayout(cheetah_run).video("model_0000003")
     assert f"video: {out} (25 frames, " in done.stdout
     frames = _decode(out)
     assert frames.shape == (25, 480, 480, 3)
@@ -162,7 +162,7 @@ def _gif_frames(encoded: bytes) -> list[np.ndarray]:
 
 def _check_clips(run_dir: Path, stdout: str) -> list[int]:
     """The global steps of the clips in videos/, each checked: 13 changing 256x256 frames, its GIF in TB."""
-    clips = sorted((run_dir / "videos").glob("eval_*.mp4"))
+    clips = sorted(RunLayout(run_dir).videos.glob("eval_*.mp4"))
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
     eval_steps = [int(e.step) for e in events.Scalars("eval/return")]
@@ -181,7 +181,7 @@ def _check_clips(run_dir: Path, stdout: str) -> list[int]:
         shown = _gif_frames(gif)
         assert len(shown) == 13 and np.abs(shown[0].astype(int) - frames[0].astype(int)).mean() < 8
         assert f"clip runs/clips/videos/{clip.name}" in stdout, "the console names the clip"
-    assert not list((run_dir / "videos").glob(".*")), "no partial file is left"
+    assert not list(RunLayout(run_dir).videos.glob(".*")), "no partial file is left"
     return gsteps
 
 
@@ -210,7 +210,7 @@ def test_async_training_records_a_clip_of_every_other_evaluation(backend: str, t
         "algo.trainer.async_options.num_collectors=1",
     ]
     run_dir = tmp_path / "runs" / "clips"
-    log = run_dir / "logs" / "evaluator.log"
+    log = RunLayout(run_dir).log("evaluator")
     with (tmp_path / "stdout.txt").open("w+") as out:
         proc = subprocess.Popen(
             command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, text=True

@@ -16,7 +16,8 @@ from fastsac_async.control import Control
 from fastsac_async.parent import monitor as monitor_module
 from fastsac_async.parent.engine import EngineStats, run_engine
 from fastsac_async.parent.monitor import final_checkpoint
-from fastsac_async.spec import EngineSpec, TrainingRun, checkpoint_file, learner_threads, rendezvous_file
+from fastsac_async.run_layout import RunLayout
+from fastsac_async.spec import EngineSpec, TrainingRun, learner_threads
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig, peek_checkpoint, save_checkpoint
 from fastsac_core.testing import make_agent
@@ -74,14 +75,14 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
     extra = peek_checkpoint(result.last_checkpoint)["extra"]
     assert extra["collector_steps"] == [40] * collectors and extra["iteration"] == 40
     # Each worker's log says where its start-up time went.
-    learner_log = (tmp_path / "logs" / "learner0.log").read_text()
+    learner_log = RunLayout(tmp_path).log("learner0").read_text()
     assert "learner0 boot: agent and replay buffer built in" in learner_log
     assert "learner0 boot: released (every worker ready)" in learner_log
     assert re.search(
         r"learner0: first update chunk \(2 updates, compile and capture included\) took \S+ s on \d+ CPUs",
         learner_log,
     )
-    collector_log = (tmp_path / "logs" / "collector1.log").read_text()
+    collector_log = RunLayout(tmp_path).log("collector1").read_text()
     shard = f"env shard of {8 // collectors} envs built"
     assert f"collector1 boot: {shard} in" in collector_log
     phases = re.findall(r"collector1 boot: (.*) in \S+ s \(", collector_log)
@@ -100,7 +101,7 @@ def test_once_every_worker_is_ready_the_run_has_no_name_left_in_dev_shm(tmp_path
     mapped: list[str] = []
 
     def on_stats(stats: EngineStats) -> None:  # every tick comes after the boot
-        for log in [] if mapped else (tmp_path / "logs").glob("*.log"):
+        for log in [] if mapped else RunLayout(tmp_path).logs.glob("*.log"):
             for pid in re.findall(r"started \(pid (\d+)", log.read_text()):
                 maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
                 mapped.extend(line.split("/dev/shm/", 1)[1] for line in maps if "/dev/shm/" in line)
@@ -132,7 +133,7 @@ def test_cuda_ipc_planned_but_unavailable_falls_back_to_host(tmp_path: Path) -> 
     result = run_engine(spec, ticks.append)  # no CUDA here: every IPC setup raises CudaIpcUnavailable
     assert result.collector_steps == [12, 12] and result.updates == 2 * (12 - 3 + 1)
     assert max((s.weight_version for t in ticks for s in t.collectors.values()), default=0) > 0
-    log = (tmp_path / "logs" / "learner0.log").read_text()
+    log = RunLayout(tmp_path).log("learner0").read_text()
     assert (
         "host transition ring instead of CUDA IPC" in log and "host weight channel instead of CUDA IPC" in log
     )
@@ -181,8 +182,8 @@ def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(
 ) -> None:
     """Done learners: the result names learner 0's final checkpoint, its snapshot late, dropped or not."""
     control = Control(num_collectors=1, num_learners=1)
-    final = str(checkpoint_file(tmp_path, 37))
-    reported: list[str] = [str(checkpoint_file(tmp_path, 20))]
+    final = str(RunLayout(tmp_path).checkpoint(37))
+    reported: list[str] = [str(RunLayout(tmp_path).checkpoint(20))]
     calls: list[int] = []
 
     def forward_late() -> None:  # the final snapshot reaches the queue on the third look
@@ -207,7 +208,7 @@ def test_a_run_resumed_from_uneven_collector_steps_finishes(tmp_path: Path, lear
     spec = _spec(tmp_path / "resumed", 2, learners, 12)
     agent = make_agent(spec.run.dims, CFG, "cpu", num_envs=8 // learners, world_size=learners)
     saved = save_checkpoint(
-        checkpoint_file(tmp_path / "stopped", 5), agent,
+        RunLayout(tmp_path / "stopped").checkpoint(5), agent,
         extra={"iteration": 5, "updates": 6, "collector_steps": [4, 7]},  # collector 1 was 3 steps ahead
     )  # fmt: skip
     spec = _with_run(spec, resume_from=saved, time_limit_s=120.0)  # a hang ends as a failure
@@ -230,7 +231,7 @@ def test_a_stop_during_start_up_ends_cleanly_and_says_so(tmp_path: Path) -> None
     assert result.stopped_early and result.stop_reason == "stopped_during_boot"
     assert result.last_checkpoint is None and result.updates == 0
     assert ("collector1", "booting") in booted and not any(s == "running" for _, s in booted)
-    assert not (tmp_path / "async_errors").exists(), "a worker stopped at the barrier is no failure"
+    assert not RunLayout(tmp_path).errors.exists(), "a worker stopped at the barrier is no failure"
 
 
 def _join_alone(path: str) -> None:
@@ -248,7 +249,7 @@ def _join_alone(path: str) -> None:
 @pytest.mark.slow
 def test_a_stale_rendezvous_file_does_not_break_the_next_two_learner_run(tmp_path: Path) -> None:
     """The file rendezvous a dead group left in the run folder is removed before the learners join."""
-    stale = rendezvous_file(tmp_path)
+    stale = RunLayout(tmp_path).rendezvous
     proc = mp.get_context("spawn").Process(target=_join_alone, args=(str(stale),))
     proc.start()
     proc.join(60)
@@ -274,7 +275,7 @@ def test_resumed_collectors_act_with_the_checkpoints_actor_from_their_first_step
         agent.model.actor.fc_mean.bias.fill_(20.0)
         agent.model.actor.fc_log_std.bias.fill_(-20.0)
     saved = save_checkpoint(
-        checkpoint_file(tmp_path / "stopped", 5), agent,
+        RunLayout(tmp_path / "stopped").checkpoint(5), agent,
         extra={"iteration": 5, "updates": 6, "collector_steps": [5, 5]},
     )  # fmt: skip
     run_engine(_with_run(spec, resume_from=saved, time_limit_s=120.0))

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from fastsac_async import AsyncConfigError, EvalSettings, Evaluator, PublishedWeights
-from fastsac_async.spec import PUBLISHED_GSTEP, best_checkpoint_file, published_stamp, weight_extras
+from fastsac_async.run_layout import RunLayout
 from fastsac_async.testing import FakeEnvFactory
+from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp, weight_extras
 from fastsac_core import FastSACConfig, InferencePolicy, evaluate_policy, peek_checkpoint
 from shm_transport import HostWeightReader, HostWeightWriter, WeightChannel
 
@@ -81,7 +82,7 @@ def test_a_stop_request_abandons_an_evaluation() -> None:
 
 def test_the_best_checkpoint_holds_the_weights_of_the_best_return_only(tmp_path: Path) -> None:
     """best.pt is written when a return beats every earlier one, never by a worse one, and reproduces it."""
-    best = best_checkpoint_file(tmp_path)
+    best = RunLayout(tmp_path).best_checkpoint
     good, bad = _policy(0.0), _policy(0.3)
     first = _evaluator(good, best, Clock(), episodes=2).evaluate(gstep=10)
     assert first is not None and first.best and best.is_file()

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from fastsac_async import AsyncOptions, EngineSpec, Ingestor, TrainingRun, run_engine
-from fastsac_async.spec import weight_extras
+from fastsac_async.run_layout import RunLayout
 from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory
+from fastsac_async.transport import weight_extras
 from fastsac_core import FastSACConfig, ReplayBuffer, step_transition, transition_fields
 from fastsac_topology import resolve_trainer_topology
 from numa_bind import discover_host
@@ -224,5 +225,5 @@ def test_a_failing_learner_with_cuda_ipc_rings_is_named_within_10_s(tmp_path: Pa
     assert info.value.worker == "learner0", str(info.value)
     assert "update 5 failed (injected)" in info.value.error_log.read_text()
     assert stopped_after < 10.0, f"stopped {stopped_after:.1f} s after the failure"
-    assert "host transition ring instead of CUDA IPC" not in (tmp_path / "logs" / "learner0.log").read_text()
+    assert "host transition ring instead of CUDA IPC" not in RunLayout(tmp_path).log("learner0").read_text()
     assert not [s for s in list_segments() if s.creator_pid == os.getpid()]

@@ -18,9 +18,9 @@ from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.learner.ingest import Ingestor
 from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
 from fastsac_async.learner.profiler import PROFILE_ENV, profile_iterations
-from fastsac_async.spec import weight_extras
 from fastsac_async.stats import LearnerSnapshot
 from fastsac_async.testing import FakeBatchedEnv
+from fastsac_async.transport import weight_extras
 from fastsac_core import (
     FastSACAgent,
     FastSACConfig,

@@ -4,7 +4,7 @@ import dataclasses
 
 import torch
 
-from fastsac_async.spec import ring_layout, weight_extras
+from fastsac_async.transport import ring_layout, weight_extras
 from fastsac_core import EnvDims
 from shm_transport import FieldSpec
 

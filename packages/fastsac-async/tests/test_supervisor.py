@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
+from fastsac_async.run_layout import RunLayout
 from fastsac_async.testing import failing_worker, orphaning_parent, sleeping_worker
 
 
@@ -33,12 +34,12 @@ def test_exception_writes_traceback_and_names_the_worker(tmp_path: Path) -> None
     sup.spawn("collector3", failing_worker, {"message": "boom in env"}, threads=1)
     assert _wait_exit(sup, 60) == ["collector3"]
     assert sup.exitcode("collector3") == 1
-    error_log = tmp_path / "async_errors" / "collector3_error.log"
+    error_log = RunLayout(tmp_path).error_log("collector3")
     text = error_log.read_text()
     assert "Traceback" in text and "RuntimeError: boom in env" in text
     message = str(sup.failure(WorkerExit("collector3", sup.exitcode("collector3"))))
     assert "collector3" in message and "exited with code 1" in message and str(error_log) in message
-    assert "boom in env" in (tmp_path / "logs" / "collector3.log").read_text()
+    assert "boom in env" in RunLayout(tmp_path).log("collector3").read_text()
 
 
 def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path) -> None:
@@ -46,7 +47,7 @@ def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path)
     sup = Supervisor(tmp_path)
     sup.spawn("learner0", sleeping_worker, {"seconds": 120.0}, threads=1)
     sup.spawn("collector0", sleeping_worker, {"seconds": 120.0}, threads=1)
-    log = tmp_path / "logs" / "collector0.log"
+    log = RunLayout(tmp_path).log("collector0")
     deadline = time.monotonic() + 60
     while "sleeping" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -100,7 +101,7 @@ def test_workers_ignore_stop_signals_from_birth_and_a_stuck_one_is_killed_with_i
     assert pid is not None
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1):
         os.kill(pid, sig)  # the child is still starting Python: the signals are blocked, then ignored
-    log = tmp_path / "logs" / "collector0.log"
+    log = RunLayout(tmp_path).log("collector0")
     deadline = time.monotonic() + 60
     while "sleeping" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.05)

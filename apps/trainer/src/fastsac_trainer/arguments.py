@@ -10,10 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["OVERRIDES_FILE", "Composed", "composed", "help_text", "overrides_only"]
-
-OVERRIDES_FILE = "overrides.txt"
-"""The run's merged overrides in its folder: what a resume of it starts from."""
+__all__ = ["Composed", "composed", "help_text", "overrides_only"]
 
 
 def help_text() -> str:
@@ -125,6 +122,7 @@ def composed(overrides: list[str]) -> Composed:
     import torch
     from omegaconf import OmegaConf
 
+    from fastsac_async.run_layout import RunLayout
     from fastsac_trainer.config.compose import compose_config, explicit_keys, merge_overrides
     from fastsac_trainer.config.resolve import resolve_run
     from fastsac_trainer.run_dir import resolve_resume
@@ -133,7 +131,7 @@ def composed(overrides: list[str]) -> Composed:
     resume_from = previous_run = None
     if composed.resume:
         resume_from, previous_run = resolve_resume(str(composed.resume))
-        saved = None if previous_run is None else previous_run / OVERRIDES_FILE
+        saved = None if previous_run is None else RunLayout(previous_run).overrides
         if saved is not None and saved.is_file():
             # The resumed run starts from the run's saved (merged) overrides; new ones win.
             lines = saved.read_text(encoding="utf-8").splitlines()

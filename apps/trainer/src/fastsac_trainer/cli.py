@@ -60,10 +60,14 @@ def main(argv: list[str] | None = None) -> None:
 def _guarded_output() -> Iterator[None]:
     """Wrap stdout and stderr in a :class:`~fastsac_trainer.console.GuardedStream`: closing stops no run."""
     from fastsac_trainer.console import GuardedStream
-    from fastsac_trainer.launch import PARENT_LOG
 
     def lost(what: str) -> None:
-        _log.warning("%s: the console stops drawing; the run goes on (its log: logs/%s)", what, PARENT_LOG)
+        from pathlib import Path
+
+        from fastsac_async.run_layout import RunLayout
+
+        log = RunLayout(Path()).parent_log
+        _log.warning("%s: the console stops drawing; the run goes on (its log: %s)", what, log)
 
     saved = sys.stdout, sys.stderr
     sys.stdout = GuardedStream(saved[0], "stdout", lost)
@@ -141,7 +145,8 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
 
     from omegaconf import OmegaConf
 
-    from fastsac_trainer.arguments import OVERRIDES_FILE, composed
+    from fastsac_async.run_layout import RunLayout
+    from fastsac_trainer.arguments import composed
     from fastsac_trainer.config.placement import describe_placement, resolve_placement
     from fastsac_trainer.launch import check_resumable, open_run_dir, run_with_console, select_trainer
 
@@ -176,7 +181,7 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     else:
         make = functools.partial(open_run_dir, run, resume_from, previous_run, config_yaml)
         run_dir = cluster.run_folder(make, config_yaml, resuming=resume_from is not None)
-    (run_dir / OVERRIDES_FILE).write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
+    RunLayout(run_dir).overrides.write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
     plan = run.plan(run_dir, resume_from, topology, None if cluster is None else cluster.group)
     if cluster is not None:
         cluster.start_watch()

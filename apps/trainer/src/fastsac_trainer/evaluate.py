@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_core import (
     CheckpointError,
     EnvDims,
@@ -29,7 +30,7 @@ from fastsac_core import (
 )
 from fastsac_core.env import EnvFactory
 from fastsac_trainer.config.exceptions import TrainerAppError
-from fastsac_trainer.run_dir import CONFIG_FILE, resolve_resume
+from fastsac_trainer.run_dir import resolve_resume
 from fastsac_trainer.tasks import TaskError, env_factory_for, get_task
 
 __all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "parse_int", "parse_kv", "wants_video"]
@@ -95,13 +96,13 @@ def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy,
 
 def _env_factory(run_dir: Path | None, task: str | None, checkpoint: Path) -> EnvFactory:
     """The env of ``task`` (registry), or else of the run folder's saved config."""
-    saved = None if run_dir is None else run_dir / CONFIG_FILE
+    saved = None if run_dir is None else RunLayout(run_dir).config
     try:
         if task is not None:
             return get_task(task).env_factory()
         if saved is None or not saved.is_file():
             raise TrainerAppError(
-                f"checkpoint {str(checkpoint)!r} is not in a run folder with a {CONFIG_FILE}; "
+                f"checkpoint {str(checkpoint)!r} is not in a run folder with a {RunLayout(Path()).config}; "
                 "pass task=NAME to say which env"
             )
         cfg: Any = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
@@ -133,7 +134,7 @@ def eval_main(args: list[str]) -> int:
             "task": "task whose env to use, default the run's",
             "device": "cpu or cuda[:N], default cpu",
             "video": "true: also write an MP4 of one episode",
-            "video_out": "the MP4 file, default <run>/videos/<checkpoint>.mp4",
+            "video_out": f"the MP4 file, default {RunLayout(Path('<run>')).video('<checkpoint>')}",
             "video_steps": "most steps in the video, default 1000",
         },
         "eval",
@@ -154,7 +155,7 @@ def eval_main(args: list[str]) -> int:
     if wants_video(options):
         from fastsac_trainer.video import record_video
 
-        default_out = checkpoint.parent.parent / "videos" / f"{checkpoint.stem}.mp4"
+        default_out = RunLayout(checkpoint.parent.parent).video(checkpoint.stem)
         video = record_video(
             policy, factory, Path(options.get("video_out", default_out)), seed=seed,
             max_steps=parse_int("video_steps", options.get("video_steps", "1000"), 1),

@@ -20,12 +20,9 @@ from fastsac_trainer.outcome import EXIT_FAILED, final_line, summary
 if TYPE_CHECKING:
     from fastsac_trainer.api import RunOutcome
 
-__all__ = ["PARENT_LOG", "check_resumable", "open_run_dir", "run_with_console", "select_trainer"]
+__all__ = ["check_resumable", "open_run_dir", "run_with_console", "select_trainer"]
 
 _log = logging.getLogger("trainer")
-
-PARENT_LOG = "trainer.log"
-"""The parent's log in ``runs/<run>/logs/``: its log records and every console line."""
 
 
 def open_run_dir(run: Any, resume_from: Path | None, previous_run: Path | None, config_yaml: str) -> Path:
@@ -161,11 +158,12 @@ def _parent_log(run_dir: Path, title: str) -> Iterator[Any]:
     Yields the ``PlainConsole`` writing console lines there: the log keeps all of it, even once
     stdout is gone.
     """
+    from fastsac_async.run_layout import RunLayout
     from fastsac_trainer.console import PlainConsole
 
     root = logging.getLogger()
     previous_level = root.level
-    with (run_dir / "logs" / PARENT_LOG).open("a", encoding="utf-8", buffering=1) as log_file:
+    with RunLayout(run_dir).parent_log.open("a", encoding="utf-8", buffering=1) as log_file:
         handler = logging.StreamHandler(log_file)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
@@ -262,7 +260,9 @@ def _saved_config(run_dir: Path) -> dict[str, Any]:
     """The resolved config the run folder holds (``config.yaml``, written before the run starts)."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)  # type: ignore[return-value]
+    from fastsac_async.run_layout import RunLayout
+
+    return OmegaConf.to_container(OmegaConf.load(RunLayout(run_dir).config), resolve=True)  # type: ignore[return-value]
 
 
 def select_trainer(asynchronous: bool) -> Callable[..., object]:

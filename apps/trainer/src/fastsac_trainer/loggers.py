@@ -29,6 +29,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
 from fastsac_trainer.tensorboard import VIDEO_TAG, TensorBoardReporter, eval_scalars, logged_scalars
 
@@ -37,7 +38,6 @@ __all__ = ["LOGGERS", "WandbReporter", "open_loggers", "quote_logger_list", "wan
 LOGGERS = ("tensorboard", "wandb")
 """The names ``logger=`` takes, comma separated."""
 
-_ID_FILE = "wandb_id.txt"
 _COUNTED = "steps-counted-by-wandb"
 """The word on ``wandb_id.txt``'s second line once W&B's step stopped being the iteration."""
 _ENV_STEPS = "env_steps"
@@ -67,7 +67,7 @@ class WandbReporter:
     """Logs every snapshot's scalars to a Weights & Biases run, against env steps.
 
     Args:
-        run_dir: The run folder: W&B's files go to ``run_dir/wandb``, the run id to ``wandb_id.txt``.
+        run_dir: The run folder: W&B's files go to ``RunLayout.wandb_files``, the run id to ``wandb_id``.
         config: The resolved config (W&B's run config).
         project: W&B project.
         entity: W&B entity (user or team); None: the default of the logged-in user.
@@ -89,7 +89,7 @@ class WandbReporter:
         self._wandb = wandb
         self._evals: list[EvalPoint] = []  # finished since the last snapshot
         self._last_iteration: int | None = None
-        id_file = run_dir / _ID_FILE
+        id_file = RunLayout(run_dir).wandb_id
         known = id_file.is_file()
         counted = False  # W&B's step stopped being the iteration (a rewind was refused earlier)
         if known:
@@ -192,7 +192,7 @@ def open_loggers(
     loggers: list[Reporter] = []
     if "tensorboard" in names:
         resumed_at_env_steps = None if resumed_at is None else resumed_at * num_envs
-        loggers.append(TensorBoardReporter(run_dir, resumed_at_env_steps, config))
+        loggers.append(TensorBoardReporter(RunLayout(run_dir).events, resumed_at_env_steps, config))
     if "wandb" in names:
         options = config["wandb"]
         loggers.append(

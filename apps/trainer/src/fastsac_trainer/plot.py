@@ -81,7 +81,9 @@ def read_series(run_dir: Path, tag: str) -> Series | None:
     """``tag`` of the run in ``run_dir``, from its event files (None when it has no such scalar)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    from fastsac_async.run_layout import RunLayout
+
+    events = EventAccumulator(str(RunLayout(run_dir).events), size_guidance={"scalars": 0})
     events.Reload()
     if tag not in events.Tags()["scalars"]:
         return None

@@ -1,13 +1,6 @@
-"""The run folder: ``runs/<run>/`` with the resolved config, logs, error logs, checkpoints and events.
+"""The run folder: creating ``runs/<run>/`` (claimed atomically), finding its checkpoints, resolving a resume.
 
-Layout (see ``wiki/trainer.md``)::
-
-    runs/<run>/
-        config.yaml          the resolved configuration (what ``--cfg job`` prints)
-        logs/<worker>.log    stdout, stderr and logging of each worker process
-        async_errors/        <worker>_error.log: the traceback of a worker that died
-        checkpoints/         model_<iteration:07d>.pt
-        events.out.tfevents.*  TensorBoard scalars
+The names inside a run folder are ``fastsac_async.run_layout.RunLayout``'s (see ``wiki/trainer.md``).
 """
 
 from __future__ import annotations
@@ -16,39 +9,23 @@ import itertools
 import time
 from pathlib import Path
 
-from fastsac_async.spec import checkpoint_dir, checkpoint_step
+from fastsac_async.run_layout import RunLayout, checkpoint_step
 from fastsac_core import discard_partial_checkpoints
 from fastsac_trainer.config.exceptions import TrainerAppError
 
 __all__ = [
-    "CONFIG_FILE",
     "create_default_run_dir",
     "create_run_dir",
     "default_run_name",
-    "errors_dir",
     "latest_checkpoint",
-    "logs_dir",
     "resolve_resume",
 ]
-
-CONFIG_FILE = "config.yaml"
-"""Name of the resolved config inside a run folder."""
 
 
 def default_run_name(task: str, now: float | None = None) -> str:
     """``<task>-<YYYYmmdd-HHMMSS>`` for a run started at ``now`` (default: the current time)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
     return f"{task}-{stamp}"
-
-
-def logs_dir(run_dir: Path) -> Path:
-    """Folder of the per-worker log files."""
-    return run_dir / "logs"
-
-
-def errors_dir(run_dir: Path) -> Path:
-    """Folder of the per-worker error logs (tracebacks of workers that died)."""
-    return run_dir / "async_errors"
 
 
 def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming: bool = False) -> Path:
@@ -76,8 +53,8 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
         _make_layout(run_dir)
         # A run killed while it wrote a checkpoint leaves that write's temporary file (never read as a
         # checkpoint): the resumed run owns the folder, so no other writer can be using one.
-        discard_partial_checkpoints(checkpoint_dir(run_dir))
-        (run_dir / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+        discard_partial_checkpoints(RunLayout(run_dir).checkpoints)
+        RunLayout(run_dir).config.write_text(config_yaml, encoding="utf-8")
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml):
@@ -109,14 +86,14 @@ def create_default_run_dir(runs_root: Path, task: str, config_yaml: str, *, now:
 
 
 def _make_layout(run_dir: Path) -> None:
-    for folder in (run_dir, logs_dir(run_dir), errors_dir(run_dir), checkpoint_dir(run_dir)):
+    for folder in RunLayout(run_dir).folders:
         folder.mkdir(parents=True, exist_ok=True)
 
 
 def _claim(run_dir: Path, config_yaml: str) -> bool:
     """Create ``config.yaml`` exclusively: False when another run created it first."""
     try:
-        with (run_dir / CONFIG_FILE).open("x", encoding="utf-8") as file:
+        with RunLayout(run_dir).config.open("x", encoding="utf-8") as file:
             file.write(config_yaml)
     except FileExistsError:
         return False
@@ -125,7 +102,8 @@ def _claim(run_dir: Path, config_yaml: str) -> bool:
 
 def _taken(run_name: str, run_dir: Path) -> str:
     """The one-line refusal of a new run into ``run_dir``, which holds something already."""
-    if checkpoint_dir(run_dir).is_dir() and any(checkpoint_dir(run_dir).iterdir()):
+    checkpoints = RunLayout(run_dir).checkpoints
+    if checkpoints.is_dir() and any(checkpoints.iterdir()):
         return (
             f"run_name={run_name!r} is invalid: {run_dir} holds checkpoints already; "
             f"choose another run_name or pass resume={run_dir}"
@@ -139,10 +117,11 @@ def _taken(run_name: str, run_dir: Path) -> str:
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint of the highest iteration in a run folder, or None when it has none.
 
-    What counts as a checkpoint is ``fastsac_async.spec.checkpoint_step``'s to say (``best.pt`` does not).
+    What counts as a checkpoint is ``fastsac_async.run_layout.checkpoint_step``'s to say (``best.pt``
+    does not).
     """
     found: list[tuple[int, Path]] = []
-    folder = checkpoint_dir(run_dir)
+    folder = RunLayout(run_dir).checkpoints
     if folder.is_dir():
         for path in folder.iterdir():
             step = checkpoint_step(path)
@@ -164,19 +143,19 @@ def resolve_resume(target: str, setting: str = "resume") -> tuple[Path, Path | N
     """
     path = Path(target).expanduser()
     if path.is_file():
-        owner = path.parent.parent
-        in_run = path.parent.name == "checkpoints" and (owner / CONFIG_FILE).is_file()
-        return path, owner if in_run else None
+        owner = RunLayout.holding(path)
+        return path, None if owner is None else owner.root
     if path.is_dir():
-        run_dir = path.parent if path.name == "checkpoints" else path
-        latest = latest_checkpoint(run_dir)
+        layout = RunLayout.of_folder(path)
+        latest = latest_checkpoint(layout.root)
         if latest is None:
             raise TrainerAppError(
-                f"{setting}={target!r} is invalid: {checkpoint_dir(run_dir)} holds no model_*.pt checkpoint; "
+                f"{setting}={target!r} is invalid: {layout.checkpoints} holds no model_*.pt checkpoint; "
                 "pass a run folder that has saved at least one checkpoint, or a checkpoint file"
             )
-        return latest, run_dir
+        return latest, layout.root
+    example = RunLayout(Path("runs/<run>"))
     raise TrainerAppError(
-        f"{setting}={target!r} is invalid: no such file or folder; pass a run folder (runs/<run>) "
-        "or a checkpoint file (runs/<run>/checkpoints/model_0001000.pt)"
+        f"{setting}={target!r} is invalid: no such file or folder; pass a run folder ({example.root}) "
+        f"or a checkpoint file ({example.checkpoint(1000)})"
     )

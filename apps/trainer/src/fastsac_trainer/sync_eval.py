@@ -9,7 +9,6 @@ evaluation's seconds are logged, and the throughput of that reporting window inc
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,6 @@ from pathlib import Path
 import torch
 
 from fastsac_async import EvalSettings, Evaluator
-from fastsac_async.spec import best_checkpoint_file, eval_clip_file
 from fastsac_core import FastSACAgent, InferencePolicy
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalPoint
@@ -42,8 +40,8 @@ class InlineEvaluation:
         self._policy = InferencePolicy(run.dims, plan.agent, device="cpu", deterministic=True)
         self._evaluator = Evaluator(
             settings=settings, policy=self._policy, env_factory=run.env_factory, dims=run.dims,
-            agent=plan.agent, best_path=best_checkpoint_file(run.run_dir),
-            clip_file=functools.partial(eval_clip_file, run.run_dir), start_gstep=start_iteration,
+            agent=plan.agent, best_path=run.layout.best_checkpoint,
+            clip_file=run.layout.eval_clip, start_gstep=start_iteration,
         )  # fmt: skip
 
     def maybe_evaluate(

@@ -32,7 +32,6 @@ import torch
 from torch import Tensor
 
 from fastsac_async import StopReason
-from fastsac_async.spec import checkpoint_file
 from fastsac_core import (
     CheckpointError,
     FastSACAgent,
@@ -286,4 +285,4 @@ def _save(plan: RunPlan, agent: FastSACAgent, iteration: int, elapsed_s: float) 
         "task": plan.task_name,
         "trainer": "sync",
     }
-    return save_checkpoint(checkpoint_file(plan.run.run_dir, iteration), agent, extra=extra)
+    return save_checkpoint(plan.run.layout.checkpoint(iteration), agent, extra=extra)

@@ -2,9 +2,10 @@
 
 Folders by role: ``collector/`` and ``learner/`` (each a loop drivable in-process and its process
 entry point), ``parent/`` (engine, monitor, supervisor, janitor); at the top the records every side
-shares (``config``, ``spec``, ``control``, ``stats``, ``exceptions``), the transport choice
-(``transport``), the worker process frame (``worker_process``), learners across hosts (``hosts``)
-and the test doubles (``testing``).
+shares (``config``, ``eval_settings``, ``spec``, ``control``, ``stats``, ``exceptions``), the run
+folder's layout (``run_layout``), the transports and what they carry (``transport``), the worker
+process frame and worker names (``worker_process``), learners across hosts (``hosts``) and the test
+doubles (``testing``).
 
 Collector processes step env shards and push transitions into per-collector SPSC rings; learner
 ranks drain their collectors' rings into complete generations (or each ring into its own replay env
@@ -16,9 +17,9 @@ from fastsac_async.collector.loop import Collector, CollectorSettings
 from fastsac_async.collector.process import run_collector
 from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
+from fastsac_async.eval_settings import ClipRecorder, EvalSettings
 from fastsac_async.evaluator.loop import EvalReport, Evaluator, PublishedWeights
 from fastsac_async.evaluator.process import run_evaluator
-from fastsac_async.evaluator.settings import ClipRecorder, EvalSettings
 from fastsac_async.exceptions import (
     AsyncConfigError,
     AsyncEngineError,
@@ -35,6 +36,7 @@ from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings
 from fastsac_async.learner.process import run_learner
 from fastsac_async.parent.engine import AsyncEngine, EngineResult, EngineStats, StopReason, run_engine
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
+from fastsac_async.run_layout import RunLayout, checkpoint_step
 from fastsac_async.spec import EngineSpec, TrainingRun
 from fastsac_async.stats import (
     CollectorSnapshot,
@@ -55,6 +57,9 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "EngineStats",
     "HostGroup",
     "run_engine",
+    # the run folder
+    "RunLayout",
+    "checkpoint_step",
     # workers
     "Collector",
     "CollectorSettings",

@@ -2,42 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from torch import Tensor
-
 from fastsac_async.config import AsyncOptions
-from fastsac_async.evaluator.settings import EvalSettings
+from fastsac_async.eval_settings import EvalSettings
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.hosts import HostGroup
-from fastsac_core import EnvDims, EnvFactory, FastSACConfig, policy_extra_fields, transition_fields
+from fastsac_async.run_layout import RunLayout
+from fastsac_core import EnvDims, EnvFactory, FastSACConfig
 from fastsac_topology import LearnerPlacement, TrainerTopology
-from shm_transport import FieldSpec, RingLayout
 
-__all__ = [
-    "PUBLISHED_GSTEP",
-    "EngineSpec",
-    "TrainingRun",
-    "best_checkpoint_file",
-    "checkpoint_dir",
-    "checkpoint_file",
-    "checkpoint_step",
-    "collector_name",
-    "eval_clip_file",
-    "evaluator_name",
-    "learner_name",
-    "learner_threads",
-    "published_stamp",
-    "ring_layout",
-    "weight_extras",
-]
-
-PUBLISHED_GSTEP = "published_gstep"
-"""The weight extra that stamps a snapshot with the global step it was published at (int64, ``(1,)``):
-an evaluation is logged at the env steps of the weights it ran (Note [evaluation during training])."""
+__all__ = ["EngineSpec", "TrainingRun", "learner_threads"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +45,11 @@ class TrainingRun:
     evaluation: EvalSettings | None = None
     """Periodic deterministic evaluation (None: none; Note [evaluation during training] in
     ``fastsac_async.evaluator.loop``): the engine's evaluator worker, or the synchronous trainer inline."""
+
+    @property
+    def layout(self) -> RunLayout:
+        """Every path in the run folder (``fastsac_async.run_layout``)."""
+        return RunLayout(self.run_dir)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,83 +116,3 @@ def learner_threads(spec: EngineSpec, placement: LearnerPlacement) -> int:
     if placement.device.startswith("cuda"):
         return 1
     return len(placement.cpus) if placement.cpus else 2
-
-
-def collector_name(index: int) -> str:
-    """Worker name of collector ``index``."""
-    return f"collector{index}"
-
-
-def learner_name(rank: int) -> str:
-    """Worker name of learner ``rank``."""
-    return f"learner{rank}"
-
-
-def evaluator_name() -> str:
-    """Worker name of the evaluator."""
-    return "evaluator"
-
-
-def rendezvous_file(run_dir: Path) -> Path:
-    """The learners' torch.distributed file rendezvous (the parent removes a stale one before a run)."""
-    return run_dir / "ddp_rendezvous"
-
-
-def checkpoint_dir(run_dir: Path) -> Path:
-    """Folder of a run's checkpoints (``checkpoints/``)."""
-    return run_dir / "checkpoints"
-
-
-_CHECKPOINT_NAME = re.compile(r"model_(\d+)\.pt")
-"""The names :func:`checkpoint_file` gives, read back by :func:`checkpoint_step`."""
-
-
-def checkpoint_file(run_dir: Path, gstep: int) -> Path:
-    """``checkpoints/model_{gstep:07d}.pt`` under the run folder.
-
-    The one naming of checkpoints: the engine's learner and the app's synchronous trainer write it,
-    :func:`checkpoint_step` reads it back (the app's ``run_dir.latest_checkpoint`` asks it).
-    """
-    return checkpoint_dir(run_dir) / f"model_{gstep:07d}.pt"
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The global step of a checkpoint named by :func:`checkpoint_file`, or None for any other file.
-
-    ``best.pt`` (a policy checkpoint), a killed write's ``.model_0000100.pt.<random>.tmp`` and other
-    files in ``checkpoints/`` are not checkpoints of a step.
-    """
-    match = _CHECKPOINT_NAME.fullmatch(path.name)
-    return int(match.group(1)) if match else None
-
-
-def best_checkpoint_file(run_dir: Path) -> Path:
-    """``checkpoints/best.pt``: the policy of the best evaluation so far (a policy checkpoint)."""
-    return checkpoint_dir(run_dir) / "best.pt"
-
-
-def eval_clip_file(run_dir: Path, gstep: int) -> Path:
-    """``videos/eval_{gstep:07d}.mp4``: the clip of the evaluation of the weights published at ``gstep``.
-
-    The recorder writes a GIF of the same clip beside it (``.gif``, what TensorBoard shows).
-    """
-    return run_dir / "videos" / f"eval_{gstep:07d}.mp4"
-
-
-def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:
-    """The transition slot of a collector stepping ``num_envs`` envs (fastsac_core's transition fields)."""
-    return RingLayout.of(num_envs, transition_fields(dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim))
-
-
-def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:
-    """Extras published with the actor weights: ``FastSACAgent.policy_extras`` and ``PUBLISHED_GSTEP``."""
-    extras = {
-        name: FieldSpec(shape, dtype) for name, (shape, dtype) in policy_extra_fields(dims.obs_dim).items()
-    }
-    extras[PUBLISHED_GSTEP] = FieldSpec((1,), torch.int64)
-    return extras
-
-
-def published_stamp(gstep: int) -> Tensor:
-    """The ``PUBLISHED_GSTEP`` extra of a snapshot published at ``gstep`` (a fresh host tensor)."""
-    return torch.tensor([gstep], dtype=torch.int64)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from fastsac_async.run_layout import RunLayout
 from fastsac_async.worker_process import worker_process
 from fastsac_core.env import BatchedEnv, EnvDims, StepResult
 from fastsac_topology import TrainerTopology, resolve_trainer_topology
@@ -291,7 +292,7 @@ def orphaning_parent(*, run_dir: Path, pid_file: Path) -> None:
 
     sup = Supervisor(run_dir)
     sup.spawn("orphan", sleeping_worker, {"seconds": 60.0}, threads=1)
-    while not (run_dir / "logs" / "orphan.log").exists():
+    while not RunLayout(run_dir).log("orphan").exists():
         time.sleep(0.05)
     partial = pid_file.with_suffix(".partial")
     partial.write_text(str(sup.pid("orphan")))

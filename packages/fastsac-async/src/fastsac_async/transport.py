@@ -1,4 +1,7 @@
-"""Each collector's transition ring and weight channel, by the transport the plan names for it.
+"""Each collector's transition ring and weight channel: what they carry, and which transport opens them.
+
+A ring's slot is :func:`ring_layout` (fastsac-core's transition fields); a weight snapshot carries
+the actor and :func:`weight_extras`, the policy extras and the publish stamp (:data:`PUBLISHED_GSTEP`).
 
 # Note [transport by name]
 The plan (``topology``) names two transports per collector, ``transition_transport`` and
@@ -29,18 +32,21 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
-from fastsac_async.spec import EngineSpec, ring_layout, weight_extras
-from fastsac_core import build_actor
+from fastsac_async.spec import EngineSpec
+from fastsac_core import EnvDims, build_actor, policy_extra_fields, transition_fields
 from shm_transport import (
     CudaIpcRing,
     CudaIpcUnavailable,
     CudaIpcWeightWriter,
+    FieldSpec,
     HostRing,
     HostRingHandle,
     HostWeightWriter,
     RingCursors,
     RingCursorsHandle,
+    RingLayout,
     RingProducerHandle,
     TransitionRing,
     WeightChannel,
@@ -50,6 +56,7 @@ from shm_transport import (
 )
 
 __all__ = [
+    "PUBLISHED_GSTEP",
     "CollectorPayload",
     "CudaIpcRingOffer",
     "CudaIpcWeightOffer",
@@ -58,9 +65,35 @@ __all__ = [
     "Segments",
     "WeightOffer",
     "offer_transports",
+    "published_stamp",
+    "ring_layout",
+    "weight_extras",
 ]
 
 _log = logging.getLogger(__name__)
+
+PUBLISHED_GSTEP = "published_gstep"
+"""The weight extra that stamps a snapshot with the global step it was published at (int64, ``(1,)``):
+an evaluation is logged at the env steps of the weights it ran (Note [evaluation during training])."""
+
+
+def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:
+    """The transition slot of a collector stepping ``num_envs`` envs (fastsac_core's transition fields)."""
+    return RingLayout.of(num_envs, transition_fields(dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim))
+
+
+def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:
+    """Extras published with the actor weights: ``FastSACAgent.policy_extras`` and ``PUBLISHED_GSTEP``."""
+    extras = {
+        name: FieldSpec(shape, dtype) for name, (shape, dtype) in policy_extra_fields(dims.obs_dim).items()
+    }
+    extras[PUBLISHED_GSTEP] = FieldSpec((1,), torch.int64)
+    return extras
+
+
+def published_stamp(gstep: int) -> Tensor:
+    """The ``PUBLISHED_GSTEP`` extra of a snapshot published at ``gstep`` (a fresh host tensor)."""
+    return torch.tensor([gstep], dtype=torch.int64)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,10 +9,10 @@
 2. ignores :data:`STOP_SIGNALS` (the parent owns shutdown: it turns them into the shared stop
    flag), and writes every thread's stack to its log on :data:`STACK_DUMP_SIGNAL`
    (Note [worker signals]);
-3. redirects fd 1 and 2 and ``logging`` to ``runs/<run>/logs/<worker>.log``;
+3. redirects fd 1 and 2 and ``logging`` to its log, ``RunLayout.log(worker)``;
 4. sets torch's thread count (the OpenMP variables were already set in its environment by the
    parent, before torch was imported: see :func:`worker_environment`);
-5. on an uncaught exception, writes the full traceback to ``runs/<run>/async_errors/<worker>_error.log``
+5. on an uncaught exception, writes the full traceback to ``RunLayout.error_log(worker)``
    and exits with code 1.
 
 # Note [worker signals]
@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from fastsac_async.control import Control
+from fastsac_async.run_layout import RunLayout
 from numa_bind import bind_current_process
 from shm_transport import HandshakeAborted
 
@@ -58,8 +59,9 @@ __all__ = [
     "STOP_SIGNALS",
     "BootTimeline",
     "bind",
-    "error_log_path",
-    "log_path",
+    "collector_name",
+    "evaluator_name",
+    "learner_name",
     "record_failure",
     "reporting_failure",
     "seed",
@@ -78,14 +80,19 @@ STACK_DUMP_SIGNAL = signal.SIGUSR2
 _log = logging.getLogger(__name__)
 
 
-def log_path(run_dir: Path, worker: str) -> Path:
-    """``runs/<run>/logs/<worker>.log``."""
-    return run_dir / "logs" / f"{worker}.log"
+def collector_name(index: int) -> str:
+    """Worker name of collector ``index`` (its log is ``RunLayout.log(name)``)."""
+    return f"collector{index}"
 
 
-def error_log_path(run_dir: Path, worker: str) -> Path:
-    """``runs/<run>/async_errors/<worker>_error.log``."""
-    return run_dir / "async_errors" / f"{worker}_error.log"
+def learner_name(rank: int) -> str:
+    """Worker name of learner ``rank``."""
+    return f"learner{rank}"
+
+
+def evaluator_name() -> str:
+    """Worker name of the evaluator."""
+    return "evaluator"
 
 
 def worker_environment(threads: int) -> dict[str, str]:
@@ -184,7 +191,7 @@ def record_failure(run_dir: Path, name: str, exc: BaseException) -> None:
     A worker calls it the moment its body raises, before it closes anything: a teardown that is cut
     short (the parent terminates a worker that takes too long) still leaves the traceback.
     """
-    path = error_log_path(run_dir, name)
+    path = RunLayout(run_dir).error_log(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(traceback.format_exception(exc))
     path.write_text(f"{name} (pid {os.getpid()}) failed:\n{text}")
@@ -205,7 +212,7 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
     _die_with_parent(parent_pid)
     for stop in STOP_SIGNALS:  # Note [worker signals]
         signal.signal(stop, signal.SIG_IGN)
-    _redirect_output(log_path(run_dir, name))
+    _redirect_output(RunLayout(run_dir).log(name))
     # A worker the parent has to kill leaves every thread's stack in its log first.
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, STACK_DUMP_SIGNAL})

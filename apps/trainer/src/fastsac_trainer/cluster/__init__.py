@@ -101,6 +101,7 @@ class Cluster:
 
         On a filesystem every host shares, the other hosts' folders land inside the run's folder.
         """
+        from fastsac_async.run_layout import RunLayout
         from fastsac_trainer.run_dir import create_run_dir
 
         if self.group.primary:
@@ -111,8 +112,8 @@ class Cluster:
         shared = json.loads(self._store.get("run_dir"))
         if "error" in shared:
             raise TrainerAppError(f"host 0 could not start: {shared['error']}")
-        primary, name = Path(shared["path"]), f"host{self.host}"
-        return create_run_dir(primary, name, config_yaml, resuming=resuming and (primary / name).is_dir())
+        own = RunLayout(Path(shared["path"])).host(self.host).root
+        return create_run_dir(own.parent, own.name, config_yaml, resuming=resuming and own.is_dir())
 
     def start_watch(self) -> None:
         """Start beating and watching the other hosts (Note [host heartbeats])."""

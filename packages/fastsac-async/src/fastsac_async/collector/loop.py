@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fastsac_async.spec import PUBLISHED_GSTEP, published_stamp
 from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
+from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
 from fastsac_core import BatchedEnv, InferencePolicy, step_transition
 from shm_transport import TransitionRing, WeightReader
 

@@ -16,10 +16,10 @@ import torch
 from fastsac_async.collector.loop import Collector, CollectorSettings
 from fastsac_async.control import Control
 from fastsac_async.hosts import collector_seed
-from fastsac_async.spec import EngineSpec, collector_name
+from fastsac_async.spec import EngineSpec
 from fastsac_async.stats import offer
 from fastsac_async.transport import CollectorPayload
-from fastsac_async.worker_process import BootTimeline, reporting_failure, worker_boot
+from fastsac_async.worker_process import BootTimeline, collector_name, reporting_failure, worker_boot
 from fastsac_core import InferencePolicy
 from shm_transport import HandshakeAborted, StartupHandshake
 

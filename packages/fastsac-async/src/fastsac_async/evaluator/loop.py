@@ -7,7 +7,7 @@ seconds or ``interval`` global steps. The asynchronous run gives it a process of
 evaluator worker, ``evaluator.process``) that reads the weights from the seqlock channel rank 0
 writes for its first collector (:class:`PublishedWeights`, never waiting for the writer), so neither
 the learner nor a collector ever waits for an evaluation. Each snapshot carries the global step it
-was published at (``spec.PUBLISHED_GSTEP``), so a result is logged at the env steps of the weights
+was published at (``transport.PUBLISHED_GSTEP``), so a result is logged at the env steps of the weights
 it evaluated, not at those of the moment it finished. The synchronous trainer calls the same
 :class:`Evaluator` between iterations (wiki/decisions.md, 2026-12-01).
 
@@ -18,7 +18,7 @@ seed and global step. A resumed run reads the return of the best checkpoint alre
 never replaces a better best with a worse one.
 
 With ``EvalSettings.video_every`` = K, the 1st, (K+1)-th, ... evaluation of a launch also records
-one episode of the same weights with ``EvalSettings.video`` (``spec.eval_clip_file``: the global
+one episode of the same weights with ``EvalSettings.video`` (``RunLayout.eval_clip``: the global
 step is in the name); the report names the file. A clip that fails is logged and skipped: a
 renderer's trouble never stops training.
 """
@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastsac_async.evaluator.settings import EvalSettings
-from fastsac_async.spec import PUBLISHED_GSTEP, published_stamp
+from fastsac_async.eval_settings import EvalSettings
+from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
 from fastsac_core import (
     CheckpointError,
     EnvDims,
@@ -99,7 +99,7 @@ class Evaluator:
         dims: Task dimensions (stored in the best checkpoint).
         agent: Hyper-parameters the policy was built with (stored in the best checkpoint).
         best_path: Where the best checkpoint goes (None: nowhere); one already there sets the bar.
-        clip_file: The file of the clip of the weights of a global step (``spec.eval_clip_file`` of
+        clip_file: The file of the clip of the weights of a global step (``RunLayout.eval_clip`` of
             the run folder); None: no clips, whatever the settings say.
         start_gstep: Global step the run starts at (a resume's).
         clock: Seconds, monotonic (tests pass their own).

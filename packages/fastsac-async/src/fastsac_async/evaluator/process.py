@@ -11,7 +11,6 @@ learners sharing its CPUs go first.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import time
@@ -20,9 +19,10 @@ from typing import Any
 
 from fastsac_async.control import Control
 from fastsac_async.evaluator.loop import Evaluator, PublishedWeights
-from fastsac_async.spec import EngineSpec, best_checkpoint_file, eval_clip_file, evaluator_name
+from fastsac_async.run_layout import RunLayout
+from fastsac_async.spec import EngineSpec
 from fastsac_async.stats import offer
-from fastsac_async.worker_process import worker_boot
+from fastsac_async.worker_process import evaluator_name, worker_boot
 from fastsac_core import InferencePolicy, peek_checkpoint
 from shm_transport import StartupHandshake, WeightReaderHandle
 
@@ -63,8 +63,8 @@ def run_evaluator(
         start = 0 if run.resume_from is None else int(peek_checkpoint(run.resume_from)["extra"]["iteration"])
         evaluator = Evaluator(
             settings=run.evaluation, policy=policy, env_factory=run.env_factory, dims=run.dims,
-            agent=spec.agent, best_path=best_checkpoint_file(run_dir),
-            clip_file=functools.partial(eval_clip_file, run_dir), start_gstep=start,
+            agent=spec.agent, best_path=RunLayout(run_dir).best_checkpoint,
+            clip_file=RunLayout(run_dir).eval_clip, start_gstep=start,
         )  # fmt: skip
         run.env_factory(1, run.evaluation.seed).close()  # imports and first-build costs go to the boot
         boot.mark(f"policy built, env made once (best so far: {evaluator.best_return:g})")

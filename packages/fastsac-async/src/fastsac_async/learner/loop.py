@@ -21,8 +21,8 @@ from fastsac_async.learner.device_timing import DeviceSpanTimer
 from fastsac_async.learner.ingest import Ingestor
 from fastsac_async.learner.profiler import PROFILE_AFTER_UPDATES, profiled
 from fastsac_async.learner.publisher import DeferredPublisher
-from fastsac_async.spec import PUBLISHED_GSTEP, published_stamp
 from fastsac_async.stats import LEARNER_STAGES, LearnerSnapshot, StageTimer
+from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
 from fastsac_core import FastSACAgent, save_checkpoint, sync_normalizers
 from shm_transport import TransitionRing, WeightWriter
 

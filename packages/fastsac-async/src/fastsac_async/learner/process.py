@@ -30,10 +30,16 @@ from fastsac_async.learner.cpu_loan import compile_cpus
 from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
 from fastsac_async.learner.profiler import profile_iterations
-from fastsac_async.spec import EngineSpec, checkpoint_file, collector_name, evaluator_name, rendezvous_file
+from fastsac_async.spec import EngineSpec
 from fastsac_async.stats import offer
 from fastsac_async.transport import LearnerEnds, RingOffer, WeightOffer
-from fastsac_async.worker_process import bind, reporting_failure, worker_boot
+from fastsac_async.worker_process import (
+    bind,
+    collector_name,
+    evaluator_name,
+    reporting_failure,
+    worker_boot,
+)
 from fastsac_core import FastSACAgent, ReplayBuffer, load_checkpoint
 from shm_transport import StartupHandshake
 
@@ -53,7 +59,7 @@ def _init_process_group(spec: EngineSpec, rank: int, device: torch.device) -> Co
     else:
         dist.init_process_group(
             backend,
-            init_method=f"file://{rendezvous_file(spec.run.run_dir)}",
+            init_method=f"file://{spec.run.layout.rendezvous}",
             rank=rank,
             world_size=spec.num_learners,
             timeout=datetime.timedelta(seconds=spec.rendezvous_timeout_s),
@@ -203,9 +209,7 @@ def _learner(
             on_progress=lambda g, u: control.set_progress(global_step=g, updates=u),
             on_snapshot=lambda snap: offer(stats_queue, snap),
             # Only the run's rank 0 writes checkpoints (another host's local rank 0 does not).
-            checkpoint_path=(lambda g: checkpoint_file(spec.run.run_dir, g))
-            if learner_rank(spec, rank) == 0
-            else None,
+            checkpoint_path=spec.run.layout.checkpoint if learner_rank(spec, rank) == 0 else None,
             checkpoint_extra=lambda g: {"collector_steps": control.all_collector_steps()},
         ),
         process_group=None,

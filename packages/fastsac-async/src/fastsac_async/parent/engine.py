@@ -46,16 +46,9 @@ from fastsac_async.learner.profiler import profile_iterations
 from fastsac_async.parent.janitor import Janitor
 from fastsac_async.parent.monitor import EngineResult, EngineStats, RunWatch, StopReason
 from fastsac_async.parent.supervisor import Supervisor
-from fastsac_async.spec import (
-    EngineSpec,
-    checkpoint_dir,
-    collector_name,
-    evaluator_name,
-    learner_name,
-    learner_threads,
-    rendezvous_file,
-)
+from fastsac_async.spec import EngineSpec, learner_threads
 from fastsac_async.transport import Segments, offer_transports
+from fastsac_async.worker_process import collector_name, evaluator_name, learner_name
 from fastsac_core import discard_partial_checkpoints, peek_checkpoint
 from numa_bind import bound_for_child
 from shm_transport import HandshakeAborted, StartupHandshake, cleanup_stale_segments, default_prefix
@@ -125,7 +118,7 @@ class AsyncEngine:
         segments = Segments()
         # A run killed before its learners joined leaves their file rendezvous behind; a new group
         # would read the dead one's entries from it and hang or fail.
-        rendezvous_file(spec.run.run_dir).unlink(missing_ok=True)
+        spec.run.layout.rendezvous.unlink(missing_ok=True)
         readers = self._collectors + self._evaluators  # each gets one startup message
         workers = self._learners + readers
         janitor = Janitor.start(default_prefix())  # cleans up if this process dies: Note [janitor]
@@ -186,7 +179,7 @@ class AsyncEngine:
                     hurry=should_abort,
                 )
                 if any(name in self._learners for name in killed):  # maybe in the middle of a save
-                    for tmp in discard_partial_checkpoints(checkpoint_dir(spec.run.run_dir)):
+                    for tmp in discard_partial_checkpoints(spec.run.layout.checkpoints):
                         _log.info("removed %s (a checkpoint its killed writer did not finish)", tmp)
 
             def close_queues() -> None:

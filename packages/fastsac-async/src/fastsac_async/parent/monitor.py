@@ -19,7 +19,8 @@ from fastsac_async.control import Control
 from fastsac_async.evaluator.loop import EvalReport
 from fastsac_async.exceptions import BootTimeoutError, RunAborted, WorkerFailed
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
-from fastsac_async.spec import EngineSpec, checkpoint_file
+from fastsac_async.run_layout import RunLayout
+from fastsac_async.spec import EngineSpec
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot, aggregate_collectors
 from shm_transport import HandshakeAborted, StartupHandshake
 
@@ -186,7 +187,7 @@ class RunWatch:
             raise
         except TimeoutError as exc:  # HandshakeTimeout
             raise BootTimeoutError(
-                sup.alive(), self.spec.options.boot_timeout_s, self.spec.run.run_dir / "logs"
+                sup.alive(), self.spec.options.boot_timeout_s, self.spec.run.layout.logs
             ) from exc
         handshake.release()
         for name in sup.names:
@@ -303,7 +304,7 @@ def final_checkpoint(
     step = control.final_checkpoint_step
     if step is None:
         return reported[-1] if reported else None
-    final = str(checkpoint_file(run_dir, step))
+    final = str(RunLayout(run_dir).checkpoint(step))
     deadline = time.monotonic() + _FINAL_SNAPSHOT_WAIT_S
     while final not in reported and time.monotonic() < deadline and not should_abort():
         time.sleep(0.02)

@@ -22,13 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from fastsac_async.exceptions import WorkerFailed
-from fastsac_async.worker_process import (
-    STACK_DUMP_SIGNAL,
-    error_log_path,
-    log_path,
-    stop_signals_blocked,
-    worker_environment,
-)
+from fastsac_async.run_layout import RunLayout
+from fastsac_async.worker_process import STACK_DUMP_SIGNAL, stop_signals_blocked, worker_environment
 
 __all__ = ["Supervisor", "WorkerExit"]
 
@@ -107,7 +102,7 @@ class Supervisor:
             placement: Context in which to start it (e.g. ``numa_bind.bound_for_child(node)``).
         """
         full = dict(kwargs, name=name, run_dir=self.run_dir, parent_pid=os.getpid(), threads=threads)
-        log_path(self.run_dir, name).parent.mkdir(parents=True, exist_ok=True)
+        RunLayout(self.run_dir).logs.mkdir(parents=True, exist_ok=True)
         proc = self._ctx.Process(target=target, kwargs=full, name=name, daemon=True)
         with (
             _environment(worker_environment(threads)),
@@ -153,8 +148,8 @@ class Supervisor:
         return WorkerFailed(
             exit_.name,
             exit_.exitcode,
-            error_log_path(self.run_dir, exit_.name),
-            log_path(self.run_dir, exit_.name),
+            RunLayout(self.run_dir).error_log(exit_.name),
+            RunLayout(self.run_dir).log(exit_.name),
             detail,
         )
 

@@ -1,4 +1,7 @@
-"""How often and how an evaluation runs (``algo.trainer.eval_*`` in the app); the record checks itself."""
+"""How often and how an evaluation runs (``algo.trainer.eval_*`` in the app); the record checks itself.
+
+A record every side shares: the app builds it, ``spec.TrainingRun`` holds it, the evaluator reads it.
+"""
 
 from __future__ import annotations
 
@@ -71,7 +74,7 @@ class EvalSettings:
     """Seed of the evaluation envs: every evaluation starts from the same initial states."""
     video_every: int = 0
     """Every ``video_every``-th evaluation of a launch, its first included, also records a clip of one
-    episode with ``video`` (``fastsac_async.spec.eval_clip_file``); 0: no clips."""
+    episode with ``video`` (``RunLayout.eval_clip``); 0: no clips."""
     video: ClipRecorder | None = None
     """Records the clips (needed when ``video_every`` > 0)."""
 
