@@ -280,6 +280,10 @@ def run_pipeline(
     sampled: list[tuple[dict[str, Tensor], tuple[int, ...]]] = []
     trained: list[dict[str, Tensor]] = []
     with contextlib.ExitStack() as stack:
+        # One intra-op thread, as a worker sets its own: on tiny tensors more threads only spin, and on a
+        # busy 2-core CI machine that made the file several times slower.
+        stack.callback(torch.set_num_threads, torch.get_num_threads())
+        torch.set_num_threads(1)
         pairs = [stack.enter_context(rings(layout)) for _ in range(COLLECTORS)]
         collectors = [
             _collector(i, env, producer, cfg)
