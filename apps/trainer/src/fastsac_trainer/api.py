@@ -1,23 +1,23 @@
 """The trainer from Python: ``result = train("gym", env_id="InvertedPendulum-v5", overrides=[...])``.
 
-:func:`train` runs exactly what the command line runs (the same composition, validation, run
-folder, console and trainers) and returns a :class:`TrainResult`. A mistake in the settings
-raises :class:`~fastsac_trainer.config.exceptions.TrainerAppError` with the command line's one-line
-message; a failed worker raises :class:`TrainingFailedError`, a run stopped at once (a second Ctrl+C)
-:class:`TrainingAbortedError`. Call it from the main thread (it handles the stop signals there), from
-a script or a notebook.
+:func:`train` runs exactly what the command line runs (``fastsac_trainer.training.train_run``: the
+same composition, validation, run folder, console and trainers) and returns a :class:`TrainResult`.
+A mistake in the settings raises :class:`~fastsac_trainer.config.exceptions.TrainerAppError` with the
+command line's one-line message; a failed worker raises :class:`TrainingFailedError`, a run stopped at
+once (a second Ctrl+C) :class:`TrainingAbortedError`. Call it from the main thread (it handles the stop
+signals there), from a script or a notebook.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastsac_trainer.config.exceptions import TrainerAppError
-from fastsac_trainer.tensorboard import eval_scalars
+from fastsac_trainer.training import RunOutcome, train_run
 
 __all__ = ["RunOutcome", "TrainResult", "TrainingAbortedError", "TrainingFailedError", "train"]
 
@@ -51,88 +51,6 @@ class TrainResult:
     """Transitions collected in this call."""
     updates: int
     """Critic updates done (learner 0's)."""
-
-
-@dataclass
-class RunOutcome:
-    """What the CLI's run hands back to :func:`train`: a reporter of the metrics, then the end."""
-
-    metrics: dict[str, float] = field(default_factory=dict)
-    """Scalars of the last snapshot."""
-    checkpoint: Path | None = None
-    """Latest checkpoint notice."""
-    run_dir: Path | None = None
-    """The run folder, once the run ended."""
-    result: Any = None
-    """The trainer's result (``SyncResult`` or ``AsyncResult``); None when it did not return."""
-    signal: str | None = None
-    """Name of the stop signal, if one stopped the run."""
-    failure: str | None = None
-    """One line about the failed worker."""
-    aborted: bool = False
-    """Stopped at once."""
-    nothing: bool = False
-    """A resume found nothing to train."""
-
-    def report(self, snapshot: Any) -> None:
-        """Keep the snapshot's scalars (a :class:`~fastsac_trainer.reporting.Reporter`)."""
-        self.metrics = dict(snapshot.scalars)
-        if snapshot.last_eval is not None:  # the latest evaluation, under its TensorBoard names
-            self.metrics.update(eval_scalars(snapshot.last_eval))
-
-    def evaluated(self, point: Any) -> None:
-        """Keep the evaluation's scalars (it may come after the last snapshot)."""
-        self.metrics.update(eval_scalars(point))
-
-    def checkpoint_saved(self, path: Path) -> None:
-        """Keep the checkpoint's path."""
-        self.checkpoint = path
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def ended(self, run_dir: Path, result: object, signal: str | None, failure: Any, aborted: bool) -> None:
-        """The run in ``run_dir`` ended with ``result``, ``failure`` (the console's) or ``aborted``."""
-        self.run_dir, self.result, self.signal, self.aborted = run_dir, result, signal, aborted
-        self.failure = None if failure is None else failure.line()
-
-    def nothing_to_train(self, run_dir: Path, checkpoint: Path) -> None:
-        """A resume of ``checkpoint`` was already at its budget."""
-        self.run_dir, self.checkpoint, self.nothing = run_dir, checkpoint, True
-
-    def to_result(self) -> TrainResult:
-        """The :class:`TrainResult`, or the exception of a run that did not end well.
-
-        Raises:
-            TrainingFailedError: A worker failed.
-            TrainingAbortedError: The run was stopped at once.
-        """
-        from fastsac_trainer.run_dir import latest_checkpoint
-
-        if self.failure is not None:
-            raise TrainingFailedError(self.failure)
-        assert self.run_dir is not None, "the run ended without saying where"
-        if self.aborted:
-            raise TrainingAbortedError(
-                f"stopped at once: no final checkpoint, the last one is {latest_checkpoint(self.run_dir)}; "
-                f"run folder {self.run_dir}"
-            )
-        result = self.result
-        reason = "nothing_to_train" if self.nothing else str(getattr(result, "stop_reason", "completed"))
-        if self.signal is not None and reason == "stop_requested":
-            reason = self.signal
-        elif self.signal is not None and reason == "stopped_during_boot":
-            reason = f"stopped_during_boot ({self.signal})"
-        last = getattr(result, "last_checkpoint", None) or self.checkpoint
-        return TrainResult(
-            run_dir=self.run_dir,
-            last_checkpoint=last,
-            metrics=self.metrics,
-            stop_reason=reason,
-            iterations=int(getattr(result, "iterations", 0)),
-            env_steps=int(getattr(result, "env_steps", 0)),
-            updates=int(getattr(result, "updates", 0)),
-        )
 
 
 def hydra_value(value: object, setting: str) -> str:
@@ -187,6 +105,41 @@ def _env_overrides(
     return overrides
 
 
+def _result(outcome: RunOutcome) -> TrainResult:
+    """The :class:`TrainResult` of ``outcome``, or the exception of a run that did not end well.
+
+    Raises:
+        TrainingFailedError: A worker failed.
+        TrainingAbortedError: The run was stopped at once.
+    """
+    from fastsac_trainer.run_dir import latest_checkpoint
+
+    if outcome.failure is not None:
+        raise TrainingFailedError(outcome.failure)
+    assert outcome.run_dir is not None, "the run ended without saying where"
+    if outcome.aborted:
+        raise TrainingAbortedError(
+            f"stopped at once: no final checkpoint, the last one is {latest_checkpoint(outcome.run_dir)}; "
+            f"run folder {outcome.run_dir}"
+        )
+    result = outcome.result
+    reason = "nothing_to_train" if outcome.nothing else str(getattr(result, "stop_reason", "completed"))
+    if outcome.signal is not None and reason == "stop_requested":
+        reason = outcome.signal
+    elif outcome.signal is not None and reason == "stopped_during_boot":
+        reason = f"stopped_during_boot ({outcome.signal})"
+    last = getattr(result, "last_checkpoint", None) or outcome.checkpoint
+    return TrainResult(
+        run_dir=outcome.run_dir,
+        last_checkpoint=last,
+        metrics=outcome.metrics,
+        stop_reason=reason,
+        iterations=int(getattr(result, "iterations", 0)),
+        env_steps=int(getattr(result, "env_steps", 0)),
+        updates=int(getattr(result, "updates", 0)),
+    )
+
+
 def train(
     task: str = "gym",
     *,
@@ -217,7 +170,6 @@ def train(
         TrainingAbortedError: The run was stopped at once.
     """
     from fastsac_core import FastSACCoreError
-    from fastsac_trainer import cli
     from fastsac_trainer.arguments import overrides_only
     from fastsac_trainer.config.compose import merge_overrides
     from fastsac_trainer.loggers import quote_logger_list
@@ -229,7 +181,7 @@ def train(
         raise TrainerAppError("a list of seeds is invalid in train(): call train() once per seed (seed=N)")
     outcome = RunOutcome()
     try:
-        cli.train(given, outcome)
+        train_run(given, outcome)
     except FastSACCoreError as error:
         raise TrainerAppError(str(error)) from None
-    return outcome.to_result()
+    return _result(outcome)

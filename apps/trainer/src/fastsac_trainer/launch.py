@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fastsac_trainer.outcome import EXIT_FAILED, final_line, summary
 
 if TYPE_CHECKING:
-    from fastsac_trainer.api import RunOutcome
+    from fastsac_trainer.training import RunOutcome
 
 __all__ = ["check_resumable", "open_run_dir", "run_with_console", "select_trainer"]
 

@@ -5,17 +5,19 @@ unset, one ``<task>-<time>`` name shared by the seeds; every other override is t
 ``trainer plot runs/<name>_s1 runs/<name>_s2 ...`` (or ``trainer plot runs/<name>_s*``) then draws
 their mean and spread as one curve, and W&B groups them under ``<name>``. A run that fails (or is
 stopped at once) ends the list with its exit code.
+
+This module holds the list's rules (its runs' overrides and names); ``fastsac_trainer.training.train_seeds``
+trains the runs.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 
-__all__ = ["seed_group", "seed_run_name", "seed_runs", "train_seeds"]
+__all__ = ["seed_group", "seed_run_name", "seed_runs"]
 
 _SEED_KEYS = ("seed=", "+seed=", "++seed=")
 
@@ -75,18 +77,3 @@ def seed_runs(overrides: list[str]) -> list[list[str]]:
     base = names[-1] if names else default_run_name(tasks[-1] if tasks else DEFAULT_TASK)
     rest = [o for o in overrides if not o.startswith((*_SEED_KEYS, "run_name="))]
     return [[*rest, f"seed={seed}", f"run_name={seed_run_name(base, seed)}"] for seed in seeds]
-
-
-def train_seeds(overrides: list[str]) -> int:
-    """Train every run of :func:`seed_runs` in turn; the first non-zero exit code ends the list."""
-    from fastsac_trainer.cli import train
-
-    runs = seed_runs(overrides)
-    for i, run in enumerate(runs):
-        if len(runs) > 1:
-            sys.stdout.write(f"seed {i + 1}/{len(runs)}: {run[-2]} -> {run[-1].partition('=')[2]}\n")
-            sys.stdout.flush()
-        code = train(run)
-        if code != 0:
-            return code
-    return 0

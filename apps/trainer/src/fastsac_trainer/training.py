@@ -1,0 +1,162 @@
+"""Training runs, from their overrides to their exit code: what the CLI and the Python API run.
+
+:func:`train_run` is one run: join the hosts (under torchrun), compose and validate the config,
+check a resume, resolve the placement, claim the run folder, print what the run will do, then run
+the synchronous or asynchronous trainer with the console (``fastsac_trainer.launch``).
+:func:`train_seeds` trains the runs of a seed list (``seed=1,2,3``, ``fastsac_trainer.seeds``) one after
+another. A :class:`RunOutcome` passed to :func:`train_run` records how the run ended, for the Python API
+(``fastsac_trainer.api.train``).
+
+The command line (``fastsac_trainer.cli``) parses its arguments and calls :func:`train_seeds`; the Python
+API calls :func:`train_run`; nothing here imports either of them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastsac_trainer.tensorboard import eval_scalars
+
+if TYPE_CHECKING:
+    from fastsac_trainer.cluster import Cluster
+
+__all__ = ["RunOutcome", "train_run", "train_seeds"]
+
+
+@dataclass
+class RunOutcome:
+    """How one run ended, for its caller: a reporter of the last metrics, then the end."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Scalars of the last snapshot."""
+    checkpoint: Path | None = None
+    """Latest checkpoint notice."""
+    run_dir: Path | None = None
+    """The run folder, once the run ended."""
+    result: Any = None
+    """The trainer's result (``SyncResult`` or ``AsyncResult``); None when it did not return."""
+    signal: str | None = None
+    """Name of the stop signal, if one stopped the run."""
+    failure: str | None = None
+    """One line about the failed worker."""
+    aborted: bool = False
+    """Stopped at once."""
+    nothing: bool = False
+    """A resume found nothing to train."""
+
+    def report(self, snapshot: Any) -> None:
+        """Keep the snapshot's scalars (a :class:`~fastsac_trainer.reporting.Reporter`)."""
+        self.metrics = dict(snapshot.scalars)
+        if snapshot.last_eval is not None:  # the latest evaluation, under its TensorBoard names
+            self.metrics.update(eval_scalars(snapshot.last_eval))
+
+    def evaluated(self, point: Any) -> None:
+        """Keep the evaluation's scalars (it may come after the last snapshot)."""
+        self.metrics.update(eval_scalars(point))
+
+    def checkpoint_saved(self, path: Path) -> None:
+        """Keep the checkpoint's path."""
+        self.checkpoint = path
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def ended(self, run_dir: Path, result: object, signal: str | None, failure: Any, aborted: bool) -> None:
+        """The run in ``run_dir`` ended with ``result``, ``failure`` (the console's) or ``aborted``."""
+        self.run_dir, self.result, self.signal, self.aborted = run_dir, result, signal, aborted
+        self.failure = None if failure is None else failure.line()
+
+    def nothing_to_train(self, run_dir: Path, checkpoint: Path) -> None:
+        """A resume of ``checkpoint`` was already at its budget."""
+        self.run_dir, self.checkpoint, self.nothing = run_dir, checkpoint, True
+
+
+def train_seeds(overrides: list[str]) -> int:
+    """Train the runs of ``seed=a,b,...`` in turn; the first non-zero exit code ends the list.
+
+    One override list per seed, named by :func:`~fastsac_trainer.seeds.seed_runs`; a single seed is one run.
+    """
+    from fastsac_trainer.seeds import seed_runs
+
+    runs = seed_runs(overrides)
+    for i, run in enumerate(runs):
+        if len(runs) > 1:
+            sys.stdout.write(f"seed {i + 1}/{len(runs)}: {run[-2]} -> {run[-1].partition('=')[2]}\n")
+            sys.stdout.flush()
+        code = train_run(run)
+        if code != 0:
+            return code
+    return 0
+
+
+def train_run(overrides: list[str], outcome: RunOutcome | None = None) -> int:
+    """One training run from command-line overrides; returns the exit code (``outcome`` gets the rest).
+
+    Under torchrun on several hosts, this host's part of one run (``fastsac_trainer.cluster``).
+    """
+    from fastsac_trainer.cluster import join_cluster
+
+    with join_cluster() as cluster:
+        return _train(overrides, outcome, cluster)
+
+
+def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None) -> int:
+    import functools
+
+    from omegaconf import OmegaConf
+
+    from fastsac_async.run_layout import RunLayout
+    from fastsac_trainer.arguments import composed
+    from fastsac_trainer.config.placement import describe_placement, resolve_placement
+    from fastsac_trainer.launch import check_resumable, open_run_dir, run_with_console, select_trainer
+
+    run, resume_from, previous_run, cuda_count, settings = composed(overrides)
+    every = run.config["algo"]["trainer"]["eval_video_every"]
+    rendering = None
+    if every and run.evaluation is not None:
+        from fastsac_trainer.rendering import select_gl
+
+        # Before the evaluator is spawned (it inherits MUJOCO_GL) and before the sync trainer renders.
+        backend = select_gl(f"algo.trainer.eval_video_every={every}", "set algo.trainer.eval_video_every=0")
+        rendering = f"clips of evaluations: every {every}, rendered with MUJOCO_GL={backend}"
+    budget = run.config["algo"]["trainer"]["num_learning_iterations"]
+    resumed_at = None if resume_from is None else check_resumable(resume_from, run)
+    if resumed_at is not None and resumed_at >= budget:
+        sys.stdout.write(
+            f"nothing to train: {resume_from} is at iteration {resumed_at} and "
+            f"algo.trainer.num_learning_iterations={budget}; raise it to train on\n"
+        )
+        if outcome is not None and resume_from is not None:
+            outcome.nothing_to_train(previous_run or resume_from.parent, resume_from)
+        return 0
+    topology = resolve_placement(run, run.dims, cuda_count) if run.asynchronous else None
+    placement = describe_placement(run, topology)
+    if cluster is not None:  # every host agrees before anything starts
+        placement = f"{placement}\n{cluster.agree(run, topology, resumed_at)}"
+    trainer_fn = select_trainer(run.asynchronous)
+    cfg = run.config
+    config_yaml = OmegaConf.to_yaml(cfg)
+    if cluster is None:
+        run_dir = open_run_dir(run, resume_from, previous_run, config_yaml)
+    else:
+        make = functools.partial(open_run_dir, run, resume_from, previous_run, config_yaml)
+        run_dir = cluster.run_folder(make, config_yaml, resuming=resume_from is not None)
+    RunLayout(run_dir).overrides.write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
+    plan = run.plan(run_dir, resume_from, topology, None if cluster is None else cluster.group)
+    if cluster is not None:
+        cluster.start_watch()
+        trainer_fn = cluster.guard(trainer_fn)
+    out = sys.stdout
+    for note in run.notes:
+        out.write(f"{note}\n")
+    out.write(f"{placement}\n")
+    if rendering is not None:
+        out.write(f"{rendering}\n")
+    out.write(f"run folder: {run_dir}\n")
+    if resume_from is not None:
+        out.write(f"resuming from {resume_from}\n")
+    out.flush()
+    return run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)
