@@ -165,7 +165,7 @@ def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(
 _KILL_A_COLLECTOR = r"""
 import os, re, signal, sys
 from pathlib import Path
-from fastsac_async import AsyncOptions, EngineSpec, TrainingRun, WorkerFailed, run_engine
+from fastsac_async import AsyncOptions, EngineSpec, RunLayout, TrainingRun, WorkerFailed, run_engine
 from fastsac_async.testing import FakeEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
 
