@@ -26,11 +26,6 @@ LAYERS = {
 """Each workspace package's layer: a package imports only packages of a lower layer (DESIGN.md)."""
 APP_ONLY = ("hydra", "omegaconf", "rich", "gymnasium", "mujoco")
 """Third-party packages only the app imports (DESIGN.md: a library never imports hydra, rich or gymnasium)."""
-SHM_TRANSPORT_CIRCLE = (
-    "shm_transport._weight_channel imports _host_weights inside a function (WeightChannel's host reader), "
-    "and _host_weights imports _weight_channel"
-)
-"""The one circle known today, outside the app (strict xfail: its fix makes the test say so)."""
 
 
 def _sources() -> dict[str, Path]:
@@ -148,15 +143,7 @@ def test_every_package_has_a_layer() -> None:
     assert sorted(_sources()) == sorted(LAYERS)
 
 
-@pytest.mark.parametrize(
-    "package",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(reason=SHM_TRANSPORT_CIRCLE))
-        if name == "shm_transport"
-        else name
-        for name in LAYERS
-    ],
-)
+@pytest.mark.parametrize("package", sorted(LAYERS))
 def test_no_import_circle_inside_a_package(package: str) -> None:
     """No module of the package imports itself back, through any chain of running imports."""
     circle = _circle(_graph(_sources()[package]))

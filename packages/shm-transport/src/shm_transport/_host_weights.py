@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from shm_transport._weight_channel import SeqlockVersions, WeightChannel, WeightChannelHandle, check_snapshot
+from shm_transport._seqlock import SeqlockVersions, check_snapshot
+
+if TYPE_CHECKING:  # a type only: _weight_channel imports this module (WeightChannelHandle.open_reader)
+    from shm_transport._weight_channel import WeightChannel, WeightChannelHandle
 
 __all__ = ["HostWeightReader", "HostWeightWriter"]
 

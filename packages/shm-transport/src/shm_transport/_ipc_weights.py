@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from shm_transport._ipc_probe import require_cuda_ipc
-from shm_transport._weight_channel import SeqlockVersions, WeightChannel, WeightChannelHandle, check_snapshot
+from shm_transport._seqlock import SeqlockVersions, check_snapshot
+from shm_transport._weight_channel import WeightChannel, WeightChannelHandle
 from shm_transport.exceptions import CudaIpcUnavailable, SegmentError
 
 __all__ = ["CudaIpcWeightHandle", "CudaIpcWeightReader", "CudaIpcWeightWriter"]

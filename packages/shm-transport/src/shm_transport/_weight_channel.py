@@ -37,20 +37,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import torch
 from torch import Tensor
 
+from shm_transport._host_weights import HostWeightReader
 from shm_transport._layout import FieldSpec, RingLayout, align_up
 from shm_transport._platform import check_store_order_platform
 from shm_transport._segment import COUNTER_A, HEADER_NBYTES, KIND_WEIGHTS, Segment
 from shm_transport.exceptions import RingLayoutError, SegmentError
 
-if TYPE_CHECKING:
-    from shm_transport._host_weights import HostWeightReader
-
-__all__ = ["WeightChannel", "WeightChannelHandle", "check_snapshot"]
+__all__ = ["WeightChannel", "WeightChannelHandle"]
 
 
 @dataclass(frozen=True)
@@ -72,8 +70,6 @@ class WeightChannelHandle:
         Raises:
             SegmentError: The channel has no host slots (its reader opens a ``CudaIpcWeightHandle``).
         """
-        from shm_transport._host_weights import HostWeightReader
-
         if not self.host_slots:
             raise SegmentError(f"weight channel {self.name!r} has no host slots; open its CUDA-IPC handle")
         return HostWeightReader(WeightChannel.attach(self), close_channel=True)
@@ -203,46 +199,3 @@ class WeightChannel:
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a WeightChannel is not picklable: send channel.handle and call WeightChannel.attach")
-
-
-def check_snapshot(
-    num_params: int, extras: Mapping[str, FieldSpec], flat_params: Tensor, given: Mapping[str, Tensor]
-) -> None:
-    """Raise ``RingLayoutError`` unless ``flat_params``/``given`` match the channel's sizes."""
-    if flat_params.dim() != 1 or flat_params.numel() != num_params:
-        raise RingLayoutError(
-            f"flat params have shape {tuple(flat_params.shape)}, the weight channel needs ({num_params},); "
-            "flatten the actor (e.g. torch.nn.utils.parameters_to_vector)"
-        )
-    shapes = {name: tuple(tensor.shape) for name, tensor in given.items()}
-    wanted = {name: spec.shape for name, spec in extras.items()}
-    if shapes != wanted:
-        raise RingLayoutError(f"weight extras have shapes {shapes}, the channel was created with {wanted}")
-
-
-class SeqlockVersions:
-    """Version bookkeeping shared by the weight readers (see Note [Weight channel seqlock]).
-
-    A subclass sets ``_channel`` and updates ``_loaded`` when it loads a snapshot.
-    """
-
-    _channel: WeightChannel
-    _loaded: int = 0
-
-    @property
-    def loaded_version(self) -> int:
-        """Version last loaded into the caller's tensors (0 = nothing yet)."""
-        return self._loaded
-
-    def _overwritten(self, seq: int) -> bool:
-        """Whether, since ``seq`` (even) was loaded, the writer began rewriting that version's slot."""
-        return self._channel.load_seq() >= seq + 3
-
-    def published_version(self) -> int:
-        """Latest completed version (peek; loads nothing)."""
-        return self._channel.load_seq() // 2
-
-    @property
-    def lag(self) -> int:
-        """``published_version() - loaded_version`` (the ``async/policy_lag`` metric)."""
-        return self.published_version() - self._loaded
