@@ -22,7 +22,7 @@ import time
 import torch
 from _harness import machine
 
-from fastsac_async import Ingestor
+from fastsac_async.learner.ingest import Ingestor
 from fastsac_core import ReplayBuffer, transition_fields
 from shm_transport import CudaIpcRing, HostRing, RingCursors, RingLayout
 

@@ -10,10 +10,10 @@ from fastsac_async import (
     CollectorSnapshot,
     EngineStats,
     LearnerSnapshot,
+    RunLayout,
     TrainingRun,
-    aggregate_collectors,
 )
-from fastsac_async.run_layout import RunLayout
+from fastsac_async.stats import aggregate_collectors
 from fastsac_core import FastSACConfig, peek_checkpoint
 from fastsac_trainer.async_trainer import engine_snapshot, run_async
 from fastsac_trainer.plan import RunPlan

@@ -26,6 +26,8 @@ LAYERS = {
 """Each workspace package's layer: a package imports only packages of a lower layer (DESIGN.md)."""
 APP_ONLY = ("hydra", "omegaconf", "rich", "gymnasium", "mujoco")
 """Third-party packages only the app imports (DESIGN.md: a library never imports hydra, rich or gymnasium)."""
+PUBLIC_SUBMODULES = ("fastsac_async.testing", "fastsac_core.testing")
+"""The submodules a library documents as public besides its top (each is named in its package's docstring)."""
 
 
 def _sources() -> dict[str, Path]:
@@ -183,3 +185,45 @@ def test_no_library_imports_the_apps_dependencies() -> None:
         if name in APP_ONLY
     ]
     assert not found, "\n".join(found)
+
+
+def _exported(package: Path) -> set[str]:
+    """The names in the ``__all__`` of ``package``'s ``__init__``."""
+    for node in ast.parse((package / "__init__.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return {element.value for element in ast.walk(node.value) if isinstance(element, ast.Constant)}
+    return set()
+
+
+def test_the_app_imports_only_what_the_libraries_export() -> None:
+    """The app imports a library's names from its top (its ``__all__``) or a documented public submodule."""
+    sources = _sources()
+    app = sources["fastsac_trainer"]
+    past_the_face = []
+    for path in sorted(app.rglob("*.py")):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8")), run_only=False):
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if isinstance(node, ast.Import):
+                modules = [(alias.name, None) for alias in node.names]
+            elif node.level == 0 and node.module:
+                modules = [(node.module, [alias.name for alias in node.names])]
+            else:
+                continue
+            for module, names in modules:
+                top = module.partition(".")[0]
+                if top not in LAYERS or top == "fastsac_trainer" or module in PUBLIC_SUBMODULES:
+                    continue
+                if module != top:
+                    past_the_face.append(f"{where}: imports {module}")
+                elif names is not None:
+                    hidden = sorted(set(names) - _exported(sources[top]))
+                    past_the_face += [f"{where}: {name} is not in {top}.__all__" for name in hidden]
+    assert not past_the_face, "the app imports past a library's face:\n" + "\n".join(past_the_face)
+
+
+@pytest.mark.parametrize("module", PUBLIC_SUBMODULES)
+def test_each_public_submodule_is_documented_in_its_package(module: str) -> None:
+    """A submodule the app may import is named as public in its package's docstring."""
+    package, _, name = module.partition(".")
+    init = ast.parse((_sources()[package] / "__init__.py").read_text(encoding="utf-8"))
+    assert (module in (ast.get_docstring(init) or "")) and (_sources()[package] / f"{name}.py").is_file()

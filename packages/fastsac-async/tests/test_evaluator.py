@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastsac_async import AsyncConfigError, EvalSettings, Evaluator, PublishedWeights
+from fastsac_async import AsyncConfigError, EvalSettings, Evaluator
+from fastsac_async.evaluator.loop import PublishedWeights
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.testing import FakeEnvFactory
 from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp, weight_extras

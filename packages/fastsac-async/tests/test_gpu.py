@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastsac_async import AsyncOptions, EngineSpec, Ingestor, TrainingRun, run_engine
-from fastsac_async.run_layout import RunLayout
+from fastsac_async import AsyncOptions, EngineSpec, RunLayout, TrainingRun, run_engine
+from fastsac_async.learner.ingest import Ingestor
 from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory
 from fastsac_async.transport import weight_extras
 from fastsac_core import FastSACConfig, ReplayBuffer, step_transition, transition_fields

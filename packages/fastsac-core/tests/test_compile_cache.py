@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fastsac_core import compile_cache
+from fastsac_core._compile_cache import compile_cache
 
 # A process that compiles the inference policy's forward through the library's path, with dynamo
 # imported first (which makes torch write its own default folder into TORCHINDUCTOR_CACHE_DIR).

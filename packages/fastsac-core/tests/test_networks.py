@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import distributions as D  # noqa: N812
 
-from fastsac_core import Actor, DistributionalCritic, project_distribution
+from fastsac_core._networks import Actor, DistributionalCritic, project_distribution
 
 
 def _actor() -> Actor:

@@ -122,7 +122,7 @@ def composed(overrides: list[str]) -> Composed:
     import torch
     from omegaconf import OmegaConf
 
-    from fastsac_async.run_layout import RunLayout
+    from fastsac_async import RunLayout
     from fastsac_trainer.config.compose import compose_config, explicit_keys, merge_overrides
     from fastsac_trainer.config.resolve import resolve_run
     from fastsac_trainer.run_dir import resolve_resume

@@ -60,7 +60,7 @@ def _guarded_output() -> Iterator[None]:
     def lost(what: str) -> None:
         from pathlib import Path
 
-        from fastsac_async.run_layout import RunLayout
+        from fastsac_async import RunLayout
 
         log = RunLayout(Path()).parent_log
         _log.warning("%s: the console stops drawing; the run goes on (its log: %s)", what, log)

@@ -18,17 +18,17 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from fastsac_async.run_layout import RunLayout
+from fastsac_async import RunLayout
 from fastsac_core import (
     CheckpointError,
     EnvDims,
+    EnvFactory,
     EvalResult,
     FastSACConfig,
     InferencePolicy,
     evaluate_policy,
     peek_checkpoint,
 )
-from fastsac_core.env import EnvFactory
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.run_dir import resolve_resume
 from fastsac_trainer.tasks import TaskError, env_factory_for, get_task

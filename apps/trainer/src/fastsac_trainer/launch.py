@@ -158,7 +158,7 @@ def _parent_log(run_dir: Path, title: str) -> Iterator[Any]:
     Yields the ``PlainConsole`` writing console lines there: the log keeps all of it, even once
     stdout is gone.
     """
-    from fastsac_async.run_layout import RunLayout
+    from fastsac_async import RunLayout
     from fastsac_trainer.console import PlainConsole
 
     root = logging.getLogger()
@@ -260,7 +260,7 @@ def _saved_config(run_dir: Path) -> dict[str, Any]:
     """The resolved config the run folder holds (``config.yaml``, written before the run starts)."""
     from omegaconf import OmegaConf
 
-    from fastsac_async.run_layout import RunLayout
+    from fastsac_async import RunLayout
 
     return OmegaConf.to_container(OmegaConf.load(RunLayout(run_dir).config), resolve=True)  # type: ignore[return-value]
 

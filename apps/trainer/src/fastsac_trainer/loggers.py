@@ -29,7 +29,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from fastsac_async.run_layout import RunLayout
+from fastsac_async import RunLayout
 from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
 from fastsac_trainer.tensorboard import VIDEO_TAG, TensorBoardReporter, eval_scalars, logged_scalars
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastsac_async.config import AsyncOptions
-from fastsac_async.hosts import HostGroup
-from fastsac_async.spec import TrainingRun
-from fastsac_core.config import FastSACConfig
+from fastsac_async import AsyncOptions, HostGroup, TrainingRun
+from fastsac_core import FastSACConfig
 from fastsac_topology import TrainerTopology
 
 __all__ = ["RunPlan"]

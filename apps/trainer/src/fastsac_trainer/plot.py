@@ -81,7 +81,7 @@ def read_series(run_dir: Path, tag: str) -> Series | None:
     """``tag`` of the run in ``run_dir``, from its event files (None when it has no such scalar)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from fastsac_async.run_layout import RunLayout
+    from fastsac_async import RunLayout
 
     events = EventAccumulator(str(RunLayout(run_dir).events), size_guidance={"scalars": 0})
     events.Reload()

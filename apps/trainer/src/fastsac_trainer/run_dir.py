@@ -9,7 +9,7 @@ import itertools
 import time
 from pathlib import Path
 
-from fastsac_async.run_layout import RunLayout, checkpoint_step
+from fastsac_async import RunLayout, checkpoint_step
 from fastsac_core import discard_partial_checkpoints
 from fastsac_trainer.config.exceptions import TrainerAppError
 

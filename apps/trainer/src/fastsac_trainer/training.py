@@ -108,7 +108,7 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
 
     from omegaconf import OmegaConf
 
-    from fastsac_async.run_layout import RunLayout
+    from fastsac_async import RunLayout
     from fastsac_trainer.arguments import composed
     from fastsac_trainer.config.placement import describe_placement, resolve_placement
     from fastsac_trainer.launch import check_resumable, open_run_dir, run_with_console, select_trainer

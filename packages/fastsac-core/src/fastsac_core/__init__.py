@@ -5,6 +5,11 @@ trainers), the agent and its update steps, the replay buffer, the transition sch
 and the buffer stores), the empirical normalizer with an exact cross-rank merge, gradient all-reduce
 without a DDP wrapper, checkpoints, a standalone inference policy for collectors, and the
 deterministic evaluation.
+
+The public face is this module's ``__all__``. One submodule is public too: ``fastsac_core.testing``
+(tiny configs, random data, a DDP rank worker; other packages' tests use it). The private modules
+(``_agent``, ``_replay``, ...) each hold one decision (wiki/architecture.md lists them by role); they
+are importable by path for this package's tests, and free to change.
 """
 
 from ._agent import FastSACAgent, UpdateNoise, sync_normalizers
@@ -16,13 +21,11 @@ from ._checkpoint import (
     save_checkpoint,
     save_policy_checkpoint,
 )
-from ._compile_cache import CompileCache, compile_cache, use_compile_cache
-from ._distributed import all_reduce_grads, broadcast_tensors, sync_normalizer_stats
-from ._evaluate import MAX_PARALLEL_ENVS, EvalResult, evaluate_policy
+from ._compile_cache import CompileCache, use_compile_cache
+from ._evaluate import EvalResult, evaluate_policy
 from ._execution import ExecutionPolicy
 from ._inference import InferencePolicy
 from ._model import build_actor
-from ._networks import Actor, DistributionalCritic, project_distribution
 from ._normalizer import EmpiricalNormalizer, merge_normalizers
 from ._replay import ReplayBuffer
 from ._schedule import learning_started, updates_due
@@ -31,8 +34,8 @@ from .config import FastSACConfig, batch_choices, batch_per_env
 from .env import BatchedEnv, EnvDims, EnvFactory, StepResult
 from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
 
-__all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
-    # Contracts
+__all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
+    # Contracts: the batched env a trainer steps, the hyper-parameters and the batch's split over envs
     "BatchedEnv",
     "EnvDims",
     "EnvFactory",
@@ -40,41 +43,31 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "StepResult",
     "batch_choices",
     "batch_per_env",
-    # Training schedule
+    # Training schedule: when learning starts and the updates each env batch owes (both trainers)
     "learning_started",
     "updates_due",
-    # Transition schema
+    # Transition schema: what rings carry and the buffer stores, what a policy needs besides its weights
     "policy_extra_fields",
     "step_transition",
     "transition_fields",
-    # Agent
+    # Agent and policy: the learner, how its steps run, the actor a collector or an evaluation runs
     "ExecutionPolicy",
     "FastSACAgent",
     "InferencePolicy",
     "UpdateNoise",
     "build_actor",
-    # Evaluation
-    "MAX_PARALLEL_ENVS",
-    "EvalResult",
-    "evaluate_policy",
-    # Networks
-    "Actor",
-    "DistributionalCritic",
-    "project_distribution",
-    # Data
+    "sync_normalizers",
+    # Data: the replay buffer, its sampled batch, the observation normalizer and its cross-rank merge
     "Batch",
     "EmpiricalNormalizer",
     "ReplayBuffer",
     "merge_normalizers",
-    # Compilation
+    # Evaluation: the deterministic return of a policy
+    "EvalResult",
+    "evaluate_policy",
+    # Compilation: where torch.compile's caches live
     "CompileCache",
-    "compile_cache",
     "use_compile_cache",
-    # Multi-learner
-    "all_reduce_grads",
-    "broadcast_tensors",
-    "sync_normalizer_stats",
-    "sync_normalizers",
     # Checkpoints
     "discard_partial_checkpoints",
     "load_checkpoint",

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fastsac_async.hosts import HostGroup, open_store
+from fastsac_async import HostGroup, open_store
 from fastsac_trainer.cluster.agree import HostRecord, check_agreement, host_record, render_hosts
 from fastsac_trainer.cluster.context import LaunchContext, launch_context
 from fastsac_trainer.cluster.watch import HostLostError, HostWatch
@@ -101,7 +101,7 @@ class Cluster:
 
         On a filesystem every host shares, the other hosts' folders land inside the run's folder.
         """
-        from fastsac_async.run_layout import RunLayout
+        from fastsac_async import RunLayout
         from fastsac_trainer.run_dir import create_run_dir
 
         if self.group.primary:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fastsac_async.hosts import HostGroup
+from fastsac_async import HostGroup
 from fastsac_trainer.config.exceptions import TrainerAppError
 
 __all__ = ["LaunchContext", "launch_context"]

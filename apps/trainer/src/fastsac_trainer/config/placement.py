@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from fastsac_async.config import AsyncOptions
-from fastsac_core import FastSACConfig, build_actor
-from fastsac_core.env import EnvDims
+from fastsac_async import AsyncOptions
+from fastsac_core import EnvDims, FastSACConfig, build_actor
 from fastsac_topology import TopologyError, TrainerTopology, resolve_trainer_topology
 from fastsac_trainer.config.host import host_layout
 from fastsac_trainer.config.validate import topology_config_error

@@ -10,13 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastsac_async import AsyncConfigError, EvalSettings
-from fastsac_async.config import AsyncOptions
-from fastsac_async.hosts import HostGroup
-from fastsac_async.learner.profiler import profile_iterations
-from fastsac_async.spec import TrainingRun
-from fastsac_core.config import FastSACConfig, batch_choices
-from fastsac_core.env import EnvDims, EnvFactory
+from fastsac_async import (
+    AsyncConfigError,
+    AsyncOptions,
+    EvalSettings,
+    HostGroup,
+    TrainingRun,
+    profile_iterations,
+)
+from fastsac_core import EnvDims, EnvFactory, FastSACConfig, batch_choices
 from fastsac_topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.config.host import host_layout, host_quota

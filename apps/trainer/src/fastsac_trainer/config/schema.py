@@ -17,8 +17,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastsac_async.config import AsyncOptions
-from fastsac_core.config import FastSACConfig
+from fastsac_async import AsyncOptions
+from fastsac_core import FastSACConfig
 
 __all__ = [
     "AgentConfig",

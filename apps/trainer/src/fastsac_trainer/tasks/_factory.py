@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from fastsac_core.env import EnvDims, EnvFactory
+from fastsac_core import EnvDims, EnvFactory
 from fastsac_trainer.tasks._mujoco_env import MujocoBatchedEnv
 from fastsac_trainer.tasks.exceptions import TaskError
 

@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
-from fastsac_core.env import EnvDims, StepResult
+from fastsac_core import EnvDims, StepResult
 from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
 from fastsac_trainer.tasks.exceptions import TaskError
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from fastsac_core.config import FastSACConfig
+from fastsac_core import FastSACConfig
 from fastsac_trainer.tasks._factory import MujocoEnvFactory
 from fastsac_trainer.tasks.exceptions import TaskError, UnknownTaskError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fastsac_core.env import EnvFactory
+from fastsac_core import EnvFactory
 from fastsac_trainer.tasks._factory import MujocoEnvFactory
 from fastsac_trainer.tasks._registry import GYM_TASK, get_task
 from fastsac_trainer.tasks._user_env import UserEnvFactory

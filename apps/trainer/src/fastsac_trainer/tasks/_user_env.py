@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastsac_core.env import BatchedEnv, EnvDims
+from fastsac_core import BatchedEnv, EnvDims
 from fastsac_trainer.tasks._factory import import_env_module, import_user_module
 from fastsac_trainer.tasks.exceptions import TaskError
 
