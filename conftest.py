@@ -36,16 +36,20 @@ os.environ["SHMTX_PREFIX"] = SESSION_PREFIX
 
 # Session-long helpers that libraries start on first use, as children of the test process. Killing one
 # breaks every later use in the session: torch's shared-memory manager (started by the first CUDA-IPC
-# or file-descriptor share) hangs the next share when it is gone.
+# or file-descriptor share) hangs the next share when it is gone, and multiprocessing's fork server
+# (started by the first asynchronous run: Note [fork server] in fastsac_async.parent.supervisor) forks
+# the workers of every later run. The workers it forks are judged like any other child.
 _SESSION_DAEMONS = ("torch_shm_manager",)
+_SESSION_DAEMON_ARGS = (b"from multiprocessing.forkserver import main",)
 
 
 def _is_session_daemon(pid: int) -> bool:
     try:
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return Path(argv0).name in _SESSION_DAEMONS
+    argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
+    return Path(argv0).name in _SESSION_DAEMONS or any(arg in cmdline for arg in _SESSION_DAEMON_ARGS)
 
 
 def _shm_entries() -> set[str]:

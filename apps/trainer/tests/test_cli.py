@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -129,6 +130,11 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     assert peek_checkpoint(last)["extra"]["iteration"] >= 6
     assert not list(RunLayout(run_dir).errors.iterdir())
     assert {p.name for p in RunLayout(run_dir).logs.iterdir()} >= {"collector0.log", "collector1.log"}
+    # The run measures its own start-up, on the console and in its log.
+    parent_log = RunLayout(run_dir).parent_log.read_text()
+    for milestone in ("workers running", "first update"):
+        assert re.search(rf"start-up: {milestone} \d+\.\d s after launch", out), milestone
+        assert f"start-up: {milestone} " in parent_log
 
 
 def test_help_lists_tasks_and_options() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.run_layout import RunLayout
-from fastsac_async.testing import failing_worker, orphaning_parent, sleeping_worker
+from fastsac_async.testing import failing_worker, orphaning_parent, probing_worker, sleeping_worker
 
 
 def _wait_exit(sup: Supervisor, timeout_s: float) -> list[str]:
@@ -127,3 +127,22 @@ def test_shutdown_skips_workers_that_were_never_spawned_and_hurry_ends_the_joins
     )  # fmt: skip
     assert killed == ["learner0"] and sup.alive() == []
     assert time.monotonic() - start < 5.0
+
+
+def test_workers_are_forked_from_a_server_that_already_loaded_torch(tmp_path: Path) -> None:
+    """Each worker is a fork of one preloaded server (not of the parent) and sets its own threads."""
+    import json
+
+    sup = Supervisor(tmp_path)
+    outs = {name: tmp_path / f"{name}.json" for name in ("collector0", "learner0")}
+    for (name, out), threads in zip(outs.items(), (1, 2), strict=True):
+        sup.spawn(name, probing_worker, {"out": out}, threads=threads)
+    try:
+        assert sorted(_wait_exit(sup, 60) + _wait_exit(sup, 60)) == ["collector0", "learner0"]
+        facts = {name: json.loads(out.read_text()) for name, out in outs.items()}
+    finally:
+        sup.shutdown([sup.names], timeout_s=5.0, before_group=lambda i: None)
+    assert facts["collector0"]["forked_by"] == facts["learner0"]["forked_by"] != os.getpid()
+    assert all(f["forker_loaded_torch"] and f["parent_pid"] == os.getpid() for f in facts.values())
+    assert [facts[n]["omp_threads"] for n in outs] == ["1", "2"]
+    assert [facts[n]["torch_threads"] for n in outs] == [1, 2]

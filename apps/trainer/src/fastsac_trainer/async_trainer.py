@@ -27,6 +27,7 @@ from fastsac_async import (
     run_engine,
 )
 from fastsac_core import learning_started
+from fastsac_trainer.boot_clock import BootClock
 from fastsac_trainer.config.placement import resolve_placement
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalLog, EvalPoint, Reporter, Snapshot, replay_reuse
@@ -158,6 +159,7 @@ def run_async(
 
     reported_step = -1
     evals = EvalLog(reporter)
+    clock = BootClock()
 
     def on_stats(stats: EngineStats) -> None:
         # One report per global step, the step the snapshot is labelled with: the learner reports its
@@ -166,6 +168,8 @@ def run_async(
         # that; and a tick whose learner is one step behind the engine's step is labelled with the
         # engine's, so keying on the learner's step printed "it N" twice. Evaluations go out every tick.
         nonlocal reported_step
+        if stats.updates > 0:
+            clock.mark("first update")
         for report in stats.evaluations:
             evals.add(eval_point(report, plan.num_envs))
         step = stats.global_step
@@ -176,6 +180,8 @@ def run_async(
             reporter.checkpoint_saved(Path(stats.checkpoint))
 
     def on_boot(worker: str, state: str) -> None:
+        if state == "running":  # every worker is ready and released at once
+            clock.mark("workers running")
         if boot_view is not None:
             boot_view.worker_state(worker, state)
 

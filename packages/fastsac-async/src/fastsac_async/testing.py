@@ -31,6 +31,7 @@ __all__ = [
     "failing_worker",
     "janitor_parent",
     "orphaning_parent",
+    "probing_worker",
     "sleeping_worker",
 ]
 
@@ -278,6 +279,31 @@ def sleeping_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, 
     with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
         print(f"{name} sleeping", flush=True)  # noqa: T201 - checks the stdout redirect
         time.sleep(seconds)
+
+
+def probing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, out: Path) -> None:
+    """Worker that writes, as JSON to ``out``, what it started from (Note [fork server]).
+
+    Its parent's pid, whether that process had loaded torch's library before forking it, the run
+    parent's pid it was given, its ``OMP_NUM_THREADS`` and torch's thread count.
+    """
+    import json
+
+    import torch
+
+    with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
+        forked_by = os.getppid()
+        maps = Path(f"/proc/{forked_by}/maps").read_text()
+        facts = {
+            "forked_by": forked_by,
+            "forker_loaded_torch": "libtorch" in maps,
+            "parent_pid": parent_pid,
+            "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+            "torch_threads": torch.get_num_threads(),
+        }
+        partial = out.with_suffix(".partial")
+        partial.write_text(json.dumps(facts))
+        partial.replace(out)
 
 
 def failing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, message: str) -> None:

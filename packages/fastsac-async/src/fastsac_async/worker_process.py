@@ -2,16 +2,18 @@
 
 :func:`worker_process` wraps the body of a worker entry point. In order, it:
 
-1. ties the worker's life to its parent: ``PR_SET_PDEATHSIG(SIGKILL)`` through ``prctl``, then a
-   re-check of ``os.getppid()`` (the parent may have died before the call; the signal would never
-   come), then a daemon watchdog thread that polls the parent's pid (covers non-Linux and a parent
-   thread that exits while the process lives: PDEATHSIG follows the creating *thread*);
+1. ties the worker's life to the run's parent: ``PR_SET_PDEATHSIG(SIGKILL)`` through ``prctl`` (the
+   signal comes when the process that forked the worker dies: the fork server, which exits with the
+   parent; Note [fork server] in :mod:`fastsac_async.parent.supervisor`), then a check that the
+   parent still lives (it may have died before the call; the signal would never come), then a daemon
+   watchdog thread that polls both (covers non-Linux and a parent thread that exits while the
+   process lives: PDEATHSIG follows the creating *thread*);
 2. ignores :data:`STOP_SIGNALS` (the parent owns shutdown: it turns them into the shared stop
    flag), and writes every thread's stack to its log on :data:`STACK_DUMP_SIGNAL`
    (Note [worker signals]);
 3. redirects fd 1 and 2 and ``logging`` to its log, ``RunLayout.log(worker)``;
-4. sets torch's thread count (the OpenMP variables were already set in its environment by the
-   parent, before torch was imported: see :func:`worker_environment`);
+4. sets its thread variables (:func:`worker_environment`) and torch's thread count (the fork
+   server loaded torch's OpenMP and BLAS libraries with one thread);
 5. on an uncaught exception, writes the full traceback to ``RunLayout.error_log(worker)``
    and exits with code 1.
 
@@ -21,10 +23,11 @@ A terminal and a job manager signal every process of a job, not only the one the
 ``KillMode=control-group`` and SLURM (time limit, ``scancel``, ``--signal=USR1@...``) signal every
 process of the job. A worker that died of one of them would turn a clean stop into a worker
 failure, so every worker ignores :data:`STOP_SIGNALS` and only the parent acts on them (a clean
-stop through the stop flag, or a stop at once). The parent starts each worker with these signals
-blocked (:func:`stop_signals_blocked`): the child inherits the mask through ``exec``, so none of
-them can kill it while it is still importing torch; :func:`worker_process` ignores them, then
-unblocks them (a pending one is discarded). :data:`STACK_DUMP_SIGNAL` is the one the parent sends
+stop through the stop flag, or a stop at once). The parent starts the fork server with these
+signals blocked (:func:`stop_signals_blocked`): the server inherits the mask through ``exec`` and
+keeps it, and every worker inherits it through ``fork``, so none of them can kill the server or a
+worker before :func:`worker_process` ignores them; it then unblocks them (a pending one is
+discarded). :data:`STACK_DUMP_SIGNAL` is the one the parent sends
 to a worker that outlived the shutdown's grace, just before SIGKILL: ``faulthandler`` writes every
 thread's stack to the worker's log and the worker carries on.
 """
@@ -96,7 +99,11 @@ def evaluator_name() -> str:
 
 
 def worker_environment(threads: int) -> dict[str, str]:
-    """Environment variables a worker needs before torch is imported (set by the parent at spawn)."""
+    """A worker's thread variables (OpenMP, BLAS, inductor's compile workers).
+
+    The fork server starts with them for one thread (the OpenMP and BLAS libraries read them when torch
+    loads them), and each worker sets its own (for what reads them later).
+    """
     n = str(max(1, threads))
     return {
         "OMP_NUM_THREADS": n,
@@ -127,6 +134,16 @@ class BootTimeline:
         _log.info("%s boot: %s in %.2f s (%.2f s since start)", self._name, phase, took, now - self._start)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now holds the pid: ours is gone
+        return False
+    return True
+
+
 def _die_with_parent(parent_pid: int) -> None:
     if sys.platform.startswith("linux"):
         try:
@@ -134,14 +151,15 @@ def _die_with_parent(parent_pid: int) -> None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             _log.warning("prctl(PR_SET_PDEATHSIG) unavailable; relying on the parent watchdog")
-    # Race: the parent may have died before prctl ran, and then the signal never comes.
-    if os.getppid() != parent_pid:
+    # Race: the fork server (or the parent) may have died before prctl ran; the signal never comes then.
+    forked_by = os.getppid()
+    if forked_by == 1 or not _alive(parent_pid):
         os._exit(70)
 
     def watch() -> None:
         while True:
             time.sleep(0.5)
-            if os.getppid() != parent_pid:
+            if os.getppid() != forked_by or not _alive(parent_pid):
                 os._exit(70)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
@@ -216,6 +234,7 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
     # A worker the parent has to kill leaves every thread's stack in its log first.
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, STACK_DUMP_SIGNAL})
+    os.environ.update(worker_environment(threads))
     torch.set_num_threads(max(1, threads))
     _log.info("%s started (pid %d, %d torch threads)", name, os.getpid(), torch.get_num_threads())
     try:

@@ -6,7 +6,7 @@
    [transport by name]), the shared :class:`~fastsac_async.control.Control`, the stats queues and
    the :class:`~shm_transport.StartupHandshake`.
 2. Report every worker as "waiting" (the console knows the total from the start); spawn learners,
-   then collectors (each inside ``numa_bind.bound_for_child`` when placed on a node), then the
+   then collectors (each binds its own CPUs and node first: Note [fork server]), then the
    evaluator when evaluation is on (Note [evaluation during training]), report each as
    "booting"; wait for every "ready" (``boot_timeout_s``) while watching for a worker that dies
    during start-up; release them together.
@@ -50,7 +50,6 @@ from fastsac_async.spec import EngineSpec, learner_threads
 from fastsac_async.transport import Segments, offer_transports
 from fastsac_async.worker_process import collector_name, evaluator_name, learner_name
 from fastsac_core import discard_partial_checkpoints, peek_checkpoint
-from numa_bind import bound_for_child
 from shm_transport import HandshakeAborted, StartupHandshake, cleanup_stale_segments, default_prefix
 
 __all__ = ["AsyncEngine", "EngineResult", "EngineStats", "StopReason", "run_engine"]
@@ -99,7 +98,8 @@ class AsyncEngine:
             RunAborted: ``should_abort()`` turned true (the run was stopped and cleaned up).
         """
         spec = self.spec
-        sup = Supervisor(spec.run.run_dir)
+        entries = (run_learner, run_collector, run_evaluator)
+        sup = Supervisor(spec.run.run_dir, preload=[f.__module__ for f in entries])
         ctx = sup.context
         control = Control(spec.num_collectors, spec.num_learners)
         if spec.run.resume_from is not None:
@@ -135,7 +135,7 @@ class AsyncEngine:
             for p in spec.topology.learners:
                 own = {c.index for c in spec.topology.collectors_of(p.rank)}
                 self._spawn(
-                    sup, learner_name(p.rank), run_learner, p.numa_node, learner_threads(spec, p),
+                    sup, learner_name(p.rank), run_learner, learner_threads(spec, p),
                     dict(common, rank=p.rank, stats_queue=queues[learner_name(p.rank)],
                          ring_offers={i: o for i, o in ring_offers.items() if i in own},
                          weight_offers={i: o for i, o in weight_offers.items() if i in own}),
@@ -143,11 +143,11 @@ class AsyncEngine:
                 )  # fmt: skip
             for c in spec.topology.collectors:
                 threads = len(c.cpus) if c.cpus else 1
-                self._spawn(sup, collector_name(c.index), run_collector, c.numa_node, threads,
+                self._spawn(sup, collector_name(c.index), run_collector, threads,
                             dict(common, index=c.index, stats_queue=queues[collector_name(c.index)]),
                             on_boot, janitor)  # fmt: skip
             for name in self._evaluators:  # one thread, unpinned, niced: it yields to every other worker
-                self._spawn(sup, name, run_evaluator, None, 1, dict(common, stats_queue=queues[name]),
+                self._spawn(sup, name, run_evaluator, 1, dict(common, stats_queue=queues[name]),
                             on_boot, janitor)  # fmt: skip
             watch = RunWatch(spec, sup, control, self._collectors, self._learners, self._evaluators)
             try:
@@ -205,14 +205,12 @@ class AsyncEngine:
         sup: Supervisor,
         name: str,
         target: Callable[..., None],
-        node: int | None,
         threads: int,
         kwargs: dict[str, Any],
         on_boot: Callable[[str, str], None],
         janitor: Janitor,
     ) -> None:
-        placement = None if node is None else (lambda: bound_for_child(nodes=[node]))
-        sup.spawn(name, target, kwargs, threads=threads, placement=placement)
+        sup.spawn(name, target, kwargs, threads=threads)
         janitor.watch(sup.pid(name))
         on_boot(name, "booting")
 

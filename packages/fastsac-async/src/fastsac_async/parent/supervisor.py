@@ -1,9 +1,29 @@
 """The parent's side of worker supervision: spawn, monitor, and a bounded, idempotent shutdown.
 
-Workers are spawned (never forked) as daemonic processes with keyword arguments only, with the
-stop signals blocked until they ignore them (Note [worker signals] in
-:mod:`fastsac_async.worker_process`). The monitor treats any worker that exits with a non-zero code
-(a raised exception, or death by a signal) as fatal: the caller stops everything and raises
+Workers start as daemonic processes with keyword arguments only, forked by a fork server that has
+already imported torch and the workers' modules, never by the parent itself (Note [fork server]), with
+the stop signals blocked until they ignore them (Note [worker signals] in
+:mod:`fastsac_async.worker_process`).
+
+# Note [fork server]
+Importing torch costs seconds of CPU per process (5.5 s on a 2-core machine); a run starts a learner,
+its collectors and an evaluator, so spawning each from scratch paid that once per worker. Workers are
+started with multiprocessing's ``forkserver`` method instead: the first start launches one server
+process (a fresh interpreter, like a spawned child) that imports :data:`PRELOAD` and the entry modules
+of the workers, and every worker is then a fork of that server. The server never touches CUDA (nothing
+it imports does at import time), so each worker initialises CUDA itself, as a spawned one would. The
+parent is never forked: its threads, its CUDA context and its open files stay its own. The server lives
+as long as the parent (it exits when the parent's end of its pipe closes, a crash included), and later
+runs of the same parent reuse it. What a spawned child used to inherit from the parent at its start, a
+forked one inherits from the server instead, so:
+* the server is started with :func:`~fastsac_async.worker_process.worker_environment` (one thread:
+  the OpenMP and BLAS libraries read their variables when torch loads them) and with the stop signals
+  blocked (Note [worker signals]); each worker then sets its own thread count and variables;
+* a worker binds its own CPUs and memory first thing (``worker_boot``), before any large allocation;
+* a worker's parent process is the server, so the worker watches the run's parent by pid.
+
+The monitor treats any worker that exits with a non-zero code (a raised exception, or death by a
+signal) as fatal: the caller stops everything and raises
 :class:`~fastsac_async.exceptions.WorkerFailed` naming the worker, its exit status and its error log.
 """
 
@@ -13,9 +33,10 @@ import contextlib
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -25,7 +46,7 @@ from fastsac_async.exceptions import WorkerFailed
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.worker_process import STACK_DUMP_SIGNAL, stop_signals_blocked, worker_environment
 
-__all__ = ["Supervisor", "WorkerExit"]
+__all__ = ["PRELOAD", "Supervisor", "WorkerExit"]
 
 _log = logging.getLogger(__name__)
 
@@ -33,6 +54,9 @@ _POLL_S = 0.05
 """Longest pause between two ``hurry`` checks of a graceful join."""
 _STACK_DUMP_WAIT_S = 0.2
 """Time a worker gets to write its stacks (``STACK_DUMP_SIGNAL``) before it is killed."""
+PRELOAD = ("numpy", "torch", "fastsac_async.worker_process")
+"""What the fork server imports before it forks any worker (Note [fork server]), with the entry
+modules of the workers a :class:`Supervisor` is given."""
 
 
 @dataclass(frozen=True)
@@ -64,19 +88,28 @@ class Supervisor:
 
     Args:
         run_dir: The run folder (``logs/`` and ``async_errors/`` live under it).
+        preload: Modules the fork server imports besides :data:`PRELOAD` (the workers' entry modules);
+            only the first supervisor of a process starts the server, later ones reuse it as it is.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, preload: Sequence[str] = ()) -> None:
         self.run_dir = run_dir
-        self._ctx = mp.get_context("spawn")
+        self._ctx = mp.get_context("forkserver")
+        self._preload = list(dict.fromkeys((*PRELOAD, *preload)))
         self._procs: dict[str, BaseProcess] = {}
         self._reported: set[str] = set()
         self._shut_down = False
 
     @property
     def context(self) -> Any:
-        """The spawn context (for queues shared with the workers)."""
+        """The multiprocessing context of the workers (for queues shared with them): ``forkserver``."""
         return self._ctx
+
+    def _ensure_server(self) -> None:
+        """Start the fork server, if this process has none yet (Note [fork server])."""
+        self._ctx.set_forkserver_preload(self._preload)
+        with _environment(worker_environment(1)), stop_signals_blocked():
+            multiprocessing.forkserver.ensure_running()
 
     @property
     def names(self) -> list[str]:
@@ -90,7 +123,6 @@ class Supervisor:
         kwargs: dict[str, Any],
         *,
         threads: int,
-        placement: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         """Start worker ``name`` running ``target(**kwargs, name=, run_dir=, parent_pid=, threads=)``.
 
@@ -98,18 +130,13 @@ class Supervisor:
             name: Worker name.
             target: Entry point (a module-level function taking keyword arguments only).
             kwargs: Its keyword arguments.
-            threads: Its intra-op threads (also sets the OpenMP variables before its torch import).
-            placement: Context in which to start it (e.g. ``numa_bind.bound_for_child(node)``).
+            threads: Its intra-op threads (the worker sets them, and its thread variables, itself).
         """
         full = dict(kwargs, name=name, run_dir=self.run_dir, parent_pid=os.getpid(), threads=threads)
         RunLayout(self.run_dir).logs.mkdir(parents=True, exist_ok=True)
+        self._ensure_server()
         proc = self._ctx.Process(target=target, kwargs=full, name=name, daemon=True)
-        with (
-            _environment(worker_environment(threads)),
-            placement() if placement else contextlib.nullcontext(),
-            stop_signals_blocked(),
-        ):
-            proc.start()
+        proc.start()
         self._procs[name] = proc
         _log.info("spawned %s (pid %s)", name, proc.pid)
 

@@ -1,0 +1,25 @@
+import logging
+import time
+
+import pytest
+
+from fastsac_trainer.boot_clock import BootClock
+
+
+def test_each_milestone_is_logged_once_with_seconds_since_launch(caplog: pytest.LogCaptureFixture) -> None:
+    """A milestone counts from the launch given, is logged once, and a repeat changes nothing."""
+    clock = BootClock(launched=time.time() - 5.0)
+    with caplog.at_level(logging.INFO, logger="fastsac_trainer.boot_clock"):
+        clock.mark("workers running")
+        clock.mark("workers running")
+        clock.mark("first update")
+    assert list(clock.marks) == ["workers running", "first update"]
+    assert 5.0 <= clock.marks["workers running"] <= clock.marks["first update"] < 60.0
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and lines[0].startswith("start-up: workers running 5.")
+    assert lines[1].endswith("s after launch")
+
+
+def test_by_default_the_seconds_count_from_this_process_start() -> None:
+    """Without a launch time the clock counts from this process's creation, so it is already past zero."""
+    assert BootClock().launched < time.time()
