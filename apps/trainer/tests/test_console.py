@@ -69,10 +69,38 @@ def test_plain_line_holds_progress_returns_and_rates() -> None:
     """A plain line shows iteration, progress %, return, env steps/s, UTD, learn %, wait %, lag and ETA."""
     line = snapshot_line(_snapshot(50), _snapshot(10))
     parts = ("it 50 (5.0%)", "return 4.321k", "env/s 12.35k", "utd 8.000", "learn% 87.50", "wait% 12.50")
-    for part in (*parts, "lag 3.000"):
+    for part in (*parts, "lag 3 ", "ring 12 "):  # counts print whole
         assert part in line
     # 40 iterations took 20 s; 950 iterations remain -> 475 s.
     assert "~left 7m55s" in line
+
+
+def test_the_time_left_never_exceeds_the_launchs_time_limit() -> None:
+    """With 20 s of time_limit_s left the estimate says 20 s, not the 475 s the budget would take."""
+    limited = _snapshot(50)
+    limited.time_left_s = 20.0
+    assert "~left 20s" in snapshot_line(limited, _snapshot(10))
+
+
+def test_counts_print_as_whole_numbers_in_both_consoles() -> None:
+    """Weight version, policy lag and ring fill are counts: `weight ver 252`, never `252.0`."""
+    snap = _snapshot(50, **{"async/weight_version": 252.0})
+    console = RichConsole(Console(file=io.StringIO()), "t", keys=False, live=False)
+    console.report(snap)
+    text = _render(console, 0)
+    console.close()
+    assert "252.0" not in text and "252" in text
+    assert " 3.000" not in snapshot_line(snap)
+
+
+def test_the_boot_panel_counts_the_seconds_of_boot() -> None:
+    """While workers start, the boot panel shows how long the boot has taken so far."""
+    console = RichConsole(Console(file=io.StringIO()), "t", keys=False, live=False)
+    console.worker_state("learner0", "booting")
+    console.board.started -= 12.0
+    text = _render(console, 0)
+    console.close()
+    assert "0/1 workers ready · 12s" in text
 
 
 def test_plain_console_writes_boot_checkpoint_and_rate_limits_lines() -> None:

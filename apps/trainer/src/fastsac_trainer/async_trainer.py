@@ -30,7 +30,7 @@ from fastsac_core import learning_started
 from fastsac_trainer.boot_clock import BootClock
 from fastsac_trainer.config.placement import resolve_placement
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalLog, EvalPoint, Reporter, Snapshot, replay_reuse
+from fastsac_trainer.reporting import EvalLog, EvalPoint, Reporter, Snapshot, replay_reuse, time_left
 
 __all__ = ["AsyncResult", "BootView", "engine_snapshot", "eval_point", "run_async"]
 
@@ -108,6 +108,7 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
         scalars=scalars,
         timing=timing,
         warming_up=not learning_started(stats.global_step, plan.agent.learning_starts),
+        time_left_s=time_left(plan.run.time_limit_s, stats.elapsed_s),
     )
 
 
@@ -148,10 +149,10 @@ def run_async(
     """
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     topology = plan.topology
-    if topology is None:
+    if topology is None:  # not resolved (and printed, its notes included) before the run folder was made
         topology = resolve_placement(plan, plan.run.dims, cuda_count)
-    for note in topology.notes:
-        log.info("placement: %s", note)
+        for note in topology.notes:
+            log.info("placement: %s", note)
     spec = EngineSpec(
         run=plan.run, agent=plan.agent, options=plan.async_options, topology=topology, hosts=plan.hosts
     )

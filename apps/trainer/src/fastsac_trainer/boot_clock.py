@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 __all__ = ["BootClock"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["EvalLog", "EvalPoint", "Reporter", "Snapshot", "replay_reuse"]
+__all__ = ["EvalLog", "EvalPoint", "Reporter", "Snapshot", "replay_reuse", "time_left"]
 
 
 def replay_reuse(updates_per_s: float, batch_size: int, env_steps_per_s: float) -> float:
@@ -22,6 +22,11 @@ def replay_reuse(updates_per_s: float, batch_size: int, env_steps_per_s: float) 
     nothing is collected.
     """
     return updates_per_s * batch_size / env_steps_per_s if env_steps_per_s > 0 else 0.0
+
+
+def time_left(limit_s: float | None, launch_elapsed_s: float) -> float | None:
+    """Seconds left of the launch's ``algo.trainer.time_limit_s`` after ``launch_elapsed_s`` (None: none)."""
+    return None if limit_s is None else max(0.0, limit_s - launch_elapsed_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +69,9 @@ class Snapshot:
     """True until learning starts."""
     last_eval: EvalPoint | None = None
     """The latest evaluation of the run so far (what the console shows)."""
+    time_left_s: float | None = None
+    """Seconds left of this launch's time limit (:func:`time_left`; None: no limit): the console's
+    estimate of the time left never exceeds it."""
 
 
 class Reporter(Protocol):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["compact", "duration", "level_style", "percent_bar"]
+__all__ = ["COUNTS", "compact", "duration", "level_style", "metric", "percent_bar"]
 
 _SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+COUNTS = frozenset({"async/weight_version", "async/policy_lag", "async/ring_fill"})
+"""Scalars that count things (versions, slots): shown as whole numbers, never ``252.0``."""
 
 
 def compact(value: float | None, width: int = 9) -> str:
@@ -24,6 +27,13 @@ def compact(value: float | None, width: int = 9) -> str:
     if magnitude >= 0.01:
         return f"{value:.{_decimals(magnitude)}f}"[:width]
     return f"{value:.2e}"[:width]
+
+
+def metric(key: str, value: float | None) -> str:
+    """A scalar as the consoles show it: a count (:data:`COUNTS`) whole below 100k, else :func:`compact`."""
+    if key in COUNTS and value is not None and math.isfinite(value) and abs(value) < 1e5:
+        return str(round(value))
+    return compact(value)
 
 
 def _decimals(magnitude: float) -> int:

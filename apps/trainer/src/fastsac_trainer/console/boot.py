@@ -8,6 +8,7 @@ spawned, then ``booting`` -> ``ready`` -> ``running``), and
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -16,6 +17,8 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from fastsac_trainer.console._format import duration
 
 __all__ = ["BootBoard", "BootFailure", "BootView", "render_boot"]
 
@@ -70,6 +73,8 @@ class BootBoard:
     """Worker name -> its latest state."""
     failure: BootFailure | None = None
     """Set once a worker failed."""
+    started: float = field(default_factory=time.monotonic)
+    """When the board was made (the console's start): the panel counts the seconds of boot from here."""
 
     def worker_state(self, name: str, state: str) -> None:
         """Record ``name``'s new state."""
@@ -98,5 +103,6 @@ def render_boot(board: BootBoard, title: str) -> RenderableType:
     if board.failure is not None:
         gate = Text(board.failure.line(), style="bold red")
     else:
-        gate = Text(f"{board.ready_count}/{total} workers ready", style="dim")
+        waited = duration(time.monotonic() - board.started)
+        gate = Text(f"{board.ready_count}/{total} workers ready · {waited}", style="dim")
     return Panel(Group(table, gate), title=f"{title} · boot", border_style="cyan")

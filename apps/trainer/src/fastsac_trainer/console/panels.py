@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from fastsac_trainer.console._format import compact, duration, level_style, percent_bar
+from fastsac_trainer.console._format import compact, duration, level_style, metric, percent_bar
 from fastsac_trainer.console.system import SystemSample
 from fastsac_trainer.reporting import Snapshot
 
@@ -40,16 +40,20 @@ _HEADLINE = (
 
 
 def eta_s(snapshot: Snapshot, first: Snapshot | None) -> float | None:
-    """Seconds left at this run's rate since ``first`` (the first snapshot of this process)."""
+    """Seconds left, or None when unknown.
+
+    At this run's rate since ``first`` (the first snapshot of this process), and never more than the
+    launch's time limit leaves (``Snapshot.time_left_s``).
+    """
     remaining = snapshot.total_env_steps - snapshot.env_steps
     if remaining <= 0:
         return 0.0
     base = first if first is not None and first is not snapshot else None
     steps = snapshot.env_steps - (base.env_steps if base else 0)
     seconds = snapshot.elapsed_s - (base.elapsed_s if base else 0.0)
-    if steps <= 0 or seconds <= 0:
-        return None
-    return remaining * seconds / steps
+    at_rate = remaining * seconds / steps if steps > 0 and seconds > 0 else None
+    known = [s for s in (at_rate, snapshot.time_left_s) if s is not None]
+    return min(known) if known else None
 
 
 def _progress(snapshot: Snapshot, first: Snapshot | None, width: int) -> Text:
@@ -82,7 +86,7 @@ def render_overview(snapshot: Snapshot, first: Snapshot | None = None) -> Render
         e = snapshot.last_eval
         episodes += [("eval return", f"{compact(e.mean_return)} @ {compact(e.env_steps)}"),
                      ("best eval", compact(e.best_return))]  # fmt: skip
-    speed = [(label, compact(s.get(key)) + unit) for label, key, unit in _HEADLINE if key in s]
+    speed = [(label, metric(key, s.get(key)) + unit) for label, key, unit in _HEADLINE if key in s]
     if snapshot.warming_up:
         speed.insert(0, ("status", "warming up"))
     train = [

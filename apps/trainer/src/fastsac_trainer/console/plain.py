@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from fastsac_trainer.console._format import compact, duration
+from fastsac_trainer.console._format import compact, duration, metric
 from fastsac_trainer.console.boot import BootBoard, BootFailure
 from fastsac_trainer.console.panels import eta_s
 from fastsac_trainer.reporting import EvalPoint, Snapshot
@@ -41,7 +41,7 @@ def snapshot_line(snapshot: Snapshot, first: Snapshot | None = None) -> str:
         parts.append(
             f"eval {compact(e.mean_return)} @ {compact(e.env_steps)} (best {compact(e.best_return)})"
         )
-    parts += [f"{label} {compact(s[key])}" for label, key in _LINE_KEYS if key in s]
+    parts += [f"{label} {metric(key, s[key])}" for label, key in _LINE_KEYS if key in s]
     if snapshot.warming_up:
         parts.append("warming up")
     parts.append(f"elapsed {duration(snapshot.elapsed_s)} ~left {duration(eta_s(snapshot, first))}")
