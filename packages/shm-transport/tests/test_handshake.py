@@ -12,7 +12,7 @@ from shm_transport.exceptions import HandshakeError, HandshakeTimeout
 
 @pytest.fixture
 def handshake() -> Iterator[StartupHandshake]:
-    handshake = StartupHandshake(SPAWN, collectors=["c0", "c1"], workers=["learner0", "c0", "c1"])
+    handshake = StartupHandshake(SPAWN, readers=["c0", "c1"], workers=["learner0", "c0", "c1"])
     yield handshake
     handshake.close()
 
@@ -45,8 +45,8 @@ def test_stop_during_barrier_returns_promptly(handshake: StartupHandshake) -> No
         timer.join()
 
 
-def test_exactly_one_message_per_collector(handshake: StartupHandshake) -> None:
-    """A second ship to the same collector raises; the collector receives the first one, once."""
+def test_exactly_one_message_per_reader(handshake: StartupHandshake) -> None:
+    """A second ship to the same reader raises; the reader receives the first one, once."""
     handshake.ship("c0", {"ring": None})
     with pytest.raises(HandshakeError, match="already shipped"):
         handshake.ship("c0", {"ring": "again"})
@@ -58,14 +58,14 @@ def test_exactly_one_message_per_collector(handshake: StartupHandshake) -> None:
 
 
 def test_receive_timeout_blames_the_learner(handshake: StartupHandshake) -> None:
-    """A collector that gets nothing times out naming itself and pointing at its learner."""
+    """A reader that gets nothing times out naming itself and pointing at its learner."""
     with pytest.raises(HandshakeTimeout, match=r"'c1'.*learner probably failed"):
         handshake.receive("c1", timeout_s=0.1)
 
 
 def test_barrier_false_returns_immediately() -> None:
     """With barrier=False, wait_released returns at once without a release."""
-    handshake = StartupHandshake(SPAWN, collectors=["c0"], workers=["c0"], barrier=False)
+    handshake = StartupHandshake(SPAWN, readers=["c0"], workers=["c0"], barrier=False)
     try:
         start = time.monotonic()
         handshake.wait_released(timeout_s=30.0)
@@ -86,7 +86,7 @@ def test_release_lets_workers_go_and_unknown_worker_is_refused(handshake: Startu
 def test_across_spawned_collectors() -> None:
     """Each spawned collector gets its message, attaches its ring, reports ready, and runs after release."""
     rings = {name: HostRing.create(w.stress_layout(), capacity=4) for name in ("c0", "c1")}
-    handshake = StartupHandshake(SPAWN, collectors=["c0", "c1"], workers=["c0", "c1"])
+    handshake = StartupHandshake(SPAWN, readers=["c0", "c1"], workers=["c0", "c1"])
     out = SPAWN.Queue()
     procs = [SPAWN.Process(target=w.handshake_collector, args=(handshake, name, out)) for name in rings]
     try:

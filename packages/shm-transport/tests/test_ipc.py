@@ -79,7 +79,7 @@ def test_ipc_ring_across_processes_in_order_and_teardown() -> None:
     layout = w.stress_layout()
     cursors = RingCursors.create(capacity)
     consumer = CudaIpcRing.create_consumer(layout, capacity, "cuda:0", cursors.handle, debug=True)
-    handshake = StartupHandshake(SPAWN, collectors=["c0"], workers=["c0"], barrier=False)
+    handshake = StartupHandshake(SPAWN, readers=["c0"], workers=["c0"], barrier=False)
     out = SPAWN.Queue()
     proc = SPAWN.Process(target=w.ipc_producer, args=(handshake, n, out))
     table = w.payload_table().cuda()
@@ -178,7 +178,7 @@ def test_ipc_weights_across_processes() -> None:
     num_params = 1 << 16
     channel = WeightChannel.create(num_params, w.WEIGHT_EXTRAS, host_slots=False)
     writer = CudaIpcWeightWriter(channel, "cuda:0")
-    handshake = StartupHandshake(SPAWN, collectors=["c0"], workers=["c0"], barrier=False)
+    handshake = StartupHandshake(SPAWN, readers=["c0"], workers=["c0"], barrier=False)
     stop = SPAWN.Event()
     out = SPAWN.Queue()
     proc = SPAWN.Process(target=w.ipc_weight_reader, args=(handshake, num_params, 20_000, stop, out))

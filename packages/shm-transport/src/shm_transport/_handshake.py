@@ -1,11 +1,12 @@
-"""``StartupHandshake``: one-shot delivery of each collector's transport handles, and a start barrier.
+"""``StartupHandshake``: one-shot delivery of each reader's transport handles, and a start barrier.
 
 Created by the parent with a multiprocessing context and passed to children as a ``Process``
-argument (its queues and events pickle only that way). Learners ``ship`` one message per collector
-(ring and weight handles; a CUDA-IPC producer handle pickles its device tensor through torch's
-reducers); collectors ``receive`` it. Every worker ``report_ready``s and ``wait_released``; the parent
-``wait_all_ready`` then ``release``s. Every wait is bounded and polls ``should_stop`` at least every
-``_POLL_S`` seconds.
+argument (its queues and events pickle only that way). A *reader* is a worker that receives exactly
+one startup message (in fastsac: each collector, its ring and weight handles, and the evaluator, a
+weight handle). Learners ``ship`` one message per reader (a CUDA-IPC handle pickles its device tensor
+through torch's reducers); each reader ``receive``s its own. Every worker ``report_ready``s and
+``wait_released``; the parent ``wait_all_ready`` then ``release``s. Every wait is bounded and polls
+``should_stop`` at least every ``_POLL_S`` seconds.
 """
 
 from __future__ import annotations
@@ -26,84 +27,81 @@ _POLL_S = 0.05
 
 
 class StartupHandshake:
-    """Per-collector one-shot mailboxes plus a readiness barrier released by the parent.
+    """Per-reader one-shot mailboxes plus a readiness barrier released by the parent.
 
     Args:
-        ctx: the multiprocessing context the workers are spawned with (spawn).
-        collectors: names of the collectors that each receive exactly one message.
-        workers: names of every worker that reports ready (collectors and learners).
-        barrier: False makes ``wait_released`` return at once (one collector driven by hand).
+        ctx: the multiprocessing context the workers are started with.
+        readers: names of the workers that each receive exactly one message (collectors, evaluators).
+        workers: names of every worker that reports ready (readers and learners).
+        barrier: False makes ``wait_released`` return at once (one reader driven by hand).
     """
 
     def __init__(
-        self, ctx: Any, *, collectors: Sequence[str], workers: Sequence[str], barrier: bool = True
+        self, ctx: Any, *, readers: Sequence[str], workers: Sequence[str], barrier: bool = True
     ) -> None:
-        if len(set(collectors)) != len(collectors) or len(set(workers)) != len(workers):
-            raise HandshakeError(f"duplicate names: collectors={list(collectors)}, workers={list(workers)}")
-        self._collectors = tuple(collectors)
+        if len(set(readers)) != len(readers) or len(set(workers)) != len(workers):
+            raise HandshakeError(f"duplicate names: readers={list(readers)}, workers={list(workers)}")
+        self._readers = tuple(readers)
         self._workers = tuple(workers)
         self._barrier = barrier
-        self._mailboxes = {name: ctx.Queue(maxsize=1) for name in self._collectors}
-        self._shipped = ctx.Array("b", max(1, len(self._collectors)))
+        self._mailboxes = {name: ctx.Queue(maxsize=1) for name in self._readers}
+        self._shipped = ctx.Array("b", max(1, len(self._readers)))
         self._ready = ctx.Queue()
         self._released = ctx.Event()
         self._received: set[str] = set()
 
     # ------------------------------------------------------------------------------- mailboxes
-    def _index(self, collector: str) -> int:
+    def _index(self, reader: str) -> int:
         try:
-            return self._collectors.index(collector)
+            return self._readers.index(reader)
         except ValueError:
             raise HandshakeError(
-                f"collector {collector!r} is not part of the handshake; "
-                f"known collectors: {list(self._collectors)}"
+                f"reader {reader!r} is not part of the handshake; known readers: {list(self._readers)}"
             ) from None
 
-    def ship(self, collector: str, payload: Any) -> None:
-        """Send ``collector`` its one startup message (from its learner).
+    def ship(self, reader: str, payload: Any) -> None:
+        """Send ``reader`` its one startup message (from its learner).
 
         Raises:
-            HandshakeError: unknown collector, or a message was already shipped to it.
+            HandshakeError: unknown reader, or a message was already shipped to it.
         """
-        index = self._index(collector)
+        index = self._index(reader)
         with self._shipped.get_lock():
             if self._shipped[index]:
                 raise HandshakeError(
-                    f"a startup message was already shipped to collector {collector!r}; each collector gets "
+                    f"a startup message was already shipped to reader {reader!r}; each reader gets "
                     "exactly one (put every handle it needs into that one payload)"
                 )
             self._shipped[index] = 1
-        self._mailboxes[collector].put(payload)
+        self._mailboxes[reader].put(payload)
 
-    def receive(
-        self, collector: str, *, timeout_s: float, should_stop: Callable[[], bool] | None = None
-    ) -> Any:
-        """Wait (bounded) for ``collector``'s startup message and return it.
+    def receive(self, reader: str, *, timeout_s: float, should_stop: Callable[[], bool] | None = None) -> Any:
+        """Wait (bounded) for ``reader``'s startup message and return it.
 
         Raises:
             HandshakeTimeout: nothing arrived within ``timeout_s``.
             HandshakeAborted: ``should_stop()`` turned true.
             HandshakeError: the message was already received in this process.
         """
-        self._index(collector)
-        if collector in self._received:
-            raise HandshakeError(f"collector {collector!r} already received its startup message")
-        mailbox = self._mailboxes[collector]
+        self._index(reader)
+        if reader in self._received:
+            raise HandshakeError(f"reader {reader!r} already received its startup message")
+        mailbox = self._mailboxes[reader]
         deadline = time.monotonic() + timeout_s
         while True:
             if should_stop is not None and should_stop():
-                raise HandshakeAborted(f"collector {collector!r} stopped waiting for its startup message")
+                raise HandshakeAborted(f"reader {reader!r} stopped waiting for its startup message")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise HandshakeTimeout(
-                    f"collector {collector!r} received no startup message within timeout_s={timeout_s}; its "
+                    f"reader {reader!r} received no startup message within timeout_s={timeout_s}; its "
                     "learner probably failed to start (see the learner's error log)"
                 )
             try:
                 payload = mailbox.get(timeout=min(_POLL_S, remaining))
             except queue.Empty:
                 continue
-            self._received.add(collector)
+            self._received.add(reader)
             return payload
 
     # --------------------------------------------------------------------------------- barrier

@@ -123,7 +123,7 @@ class AsyncEngine:
         workers = self._learners + readers
         janitor = Janitor.start(default_prefix())  # cleans up if this process dies: Note [janitor]
         with janitor.semaphores_made():  # the queues' and the handshake's, for the janitor
-            handshake = StartupHandshake(ctx, collectors=readers, workers=workers)
+            handshake = StartupHandshake(ctx, readers=readers, workers=workers)
             # One bounded queue per worker: a worker killed while holding a queue's write lock can
             # block only its own queue, never another worker's stats.
             queues = {name: ctx.Queue(maxsize=16) for name in workers}
