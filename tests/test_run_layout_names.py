@@ -13,7 +13,7 @@ SEARCHED = ("packages/*/src", "apps/*/src", "benchmarks")
 
 NAMES = re.compile(
     r"config\.yaml|overrides\.txt|logs|trainer\.log|async_errors|.+_error\.log|checkpoints|best\.pt"
-    r"|model_[\d*]*(\.\w+)?|videos|eval_[\d*]+(\.\w+)?|wandb_id\.txt|ddp_rendezvous"
+    r"|model_[\d*]*(\.\w+)?|replay_rank[\d*]*(\.\w+)?|videos|eval_[\d*]+(\.\w+)?|wandb_id\.txt|ddp_rendezvous"
 )
 """A path component that names something in a run folder (an f-string's text parts count too)."""
 

@@ -14,7 +14,7 @@ from fastsac_async.learner.collective import SoloCollective
 from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import TrainingRun
-from fastsac_core import peek_checkpoint
+from fastsac_core import peek_checkpoint, peek_replay
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.sync_trainer import run_sync
 from fastsac_trainer.tasks import get_task, probe_dims
@@ -123,8 +123,6 @@ def test_resume_continues_the_iteration_counter(tmp_path: Path) -> None:
         make_plan(tmp_path, num_iterations=8, save_interval=100, resume_from=first.last_checkpoint), reporter
     )
     assert second.iterations == 8
-    # The replay buffer restarts empty: the first resumed iteration has no complete transition, so
-    # its updates run with the next iteration's.
     assert second.updates == first.updates + 3 * TINY["num_updates"]
     assert [s.iteration for s in reporter.snapshots] == [6, 8]
     assert reporter.checkpoints == [RunLayout(tmp_path).checkpoint(8)]
@@ -173,6 +171,73 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
 
     assert train(a) == train(b)
     assert dataclasses.asdict(a.snapshots[-1])["iteration"] == 6
+
+
+def _tensors(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a nested checkpoint payload by its path (tensors and plain values)."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _tensors(sub, f"{prefix}.{key}").items()}
+    if isinstance(tree, list | tuple):
+        return {k: v for i, sub in enumerate(tree) for k, v in _tensors(sub, f"{prefix}[{i}]").items()}
+    return {prefix: tree}
+
+
+def _differ(a: Path, b: Path, *keys: str) -> list[str]:
+    """The leaves under ``keys`` of two saved files that are not bit-identical."""
+    import torch
+
+    left, right = (torch.load(p, weights_only=True) for p in (a, b))
+    one = _tensors({k: left[k] for k in keys})
+    two = _tensors({k: right[k] for k in keys})
+    assert one.keys() == two.keys()
+
+    def same(x: Any, y: Any) -> bool:
+        return bool(torch.equal(x, y)) if isinstance(x, torch.Tensor) else bool(x == y)
+
+    return [k for k in one if not same(one[k], two[k])]
+
+
+def test_a_stopped_and_resumed_run_ends_bit_identical_to_one_that_never_stopped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopped at N, resumed to 2N: a sync run ends with the weights, optimizers and replay of a whole run."""
+    # A buffer of 8 steps per env wraps before 12 iterations; reward normalisation keeps each env's
+    # running return; random pendulum episodes end every few steps, before and after the stop.
+    agent = {**TINY, "buffer_size": 8, "reward_normalization": True}
+    whole = run_sync(make_plan(tmp_path / "whole", num_iterations=12, agent=agent), RecordingReporter())
+    calls = iter(range(1000))
+    plan = make_plan(tmp_path / "stopped", num_iterations=12, agent=agent)
+    stopped = run_sync(plan, RecordingReporter(), should_stop=lambda: next(calls) >= 6)
+    assert (stopped.iterations, stopped.stop_reason) == (6, "stop_requested")
+    replay = RunLayout(tmp_path / "stopped").replay(0)
+    saved = peek_replay(replay)
+    assert (saved.gstep, saved.transitions) == (6, 6 * 4)  # 6 steps of 4 envs, at the stop
+    with caplog.at_level("INFO", logger="fastsac_trainer.sync_trainer"):
+        resumed = run_sync(
+            make_plan(
+                tmp_path / "stopped", num_iterations=12, agent=agent, resume_from=stopped.last_checkpoint
+            ),
+            RecordingReporter(),
+        )
+    assert "24 transitions of iteration 6; the episodes continue" in caplog.text
+    assert (resumed.iterations, resumed.updates) == (whole.iterations, whole.updates)
+    assert whole.last_checkpoint is not None and resumed.last_checkpoint is not None
+    assert _differ(whole.last_checkpoint, resumed.last_checkpoint, "agent", "rng") == []
+    assert _differ(RunLayout(tmp_path / "whole").replay(0), replay, "replay", "gstep") == []
+
+
+def test_without_save_replay_no_replay_is_written_and_a_resume_starts_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """save_replay=false writes no replay file, and a resume says learning restarts from an empty buffer."""
+    first = run_sync(make_plan(tmp_path, num_iterations=3, save_replay=False), RecordingReporter())
+    assert not RunLayout(tmp_path).replay(0).exists()
+    with caplog.at_level("INFO", logger="fastsac_trainer.sync_trainer"):
+        run_sync(
+            make_plan(tmp_path, num_iterations=4, save_replay=False, resume_from=first.last_checkpoint),
+            RecordingReporter(),
+        )
+    assert "learning restarts from an empty replay buffer (algo.trainer.save_replay=false)" in caplog.text
 
 
 @pytest.mark.parametrize("learning_starts", [0, 1, 3])

@@ -176,3 +176,42 @@ def test_factory_pickles_and_builds_the_shard() -> None:
         assert (env.num_envs, env.max_episode_steps, env.env_id) == (3, 9, "Hopper-v5")
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("name", ["pendulum", "humanoid"])
+def test_a_batch_restored_from_its_saved_state_steps_exactly_as_the_original(name: str) -> None:
+    """save_state, a file, restore_state in a new batch: the next steps (resets too) are bit-identical."""
+    import io
+
+    import torch
+
+    factory = get_task(name).env_factory(max_episode_steps=12)
+    original = factory(3, 5)
+    original.reset()
+    actions = [original.sample_actions() for _ in range(40)]
+    for a in actions[:15]:
+        original.step(a)
+    saved = io.BytesIO()
+    torch.save(original.save_state(), saved)  # what the replay file does with it
+    saved.seek(0)
+    expected = []
+    for a in actions[15:]:
+        r = original.step(a)
+        expected.append((r.obs.copy(), r.rewards.copy(), r.terminated.copy(), r.truncated.copy()))
+    assert any(t.any() or c.any() for *_, t, c in expected), "episodes end within the window"
+    restored = factory(3, 99)
+    restored.restore_state(torch.load(saved, weights_only=True))
+    for a, (obs, rewards, terminated, truncated) in zip(actions[15:], expected, strict=True):
+        r = restored.step(a)
+        assert np.array_equal(r.obs, obs) and np.array_equal(r.rewards, rewards)
+        assert np.array_equal(r.terminated, terminated) and np.array_equal(r.truncated, truncated)
+    assert np.array_equal(restored.sample_actions(), original.sample_actions())
+    with pytest.raises(TaskError, match=r"saved env state is of 3 x .*resume with the task"):
+        factory(2, 5).restore_state(original.save_state() or {})
+
+
+def test_envs_kept_with_their_wrappers_save_no_state() -> None:
+    """A user's env kept with its wrappers (task=gym) has state out of reach: save_state is None."""
+    env = MujocoBatchedEnv("InvertedPendulum-v5", 1, 0, keep_wrappers=True)
+    env.reset()
+    assert env.save_state() is None

@@ -14,8 +14,19 @@ metrics, with no concurrency. One iteration:
 5. when due, a deterministic evaluation (``fastsac_trainer.sync_eval``), inline.
 
 Seeds: envs use ``plan.run.seed`` (like collector 0 of the async trainer), torch/numpy/python use
-``plan.run.seed + 1000`` (like learner rank 0). A resumed run restores the agent, its RNG states
-and the iteration counter, and resets the envs (the replay buffer restarts empty).
+``plan.run.seed + 1000`` (like learner rank 0).
+
+# Note [exact sync resume]
+A checkpoint holds the agent, its optimizers, normalizers, reward scale, counters and RNG states; the
+replay file (``RunLayout.replay(0)``, Note [replay file] in ``fastsac_core._replay_file``) holds the
+buffer, each env's running return and the envs' state (Note [env state] in the MuJoCo env), all taken
+at an iteration boundary. A resume whose replay file was written at the checkpoint's iteration (every
+stop writes both there) continues every episode where it was: the run then ends bit-identical to one
+that never stopped. Otherwise (an older or newer replay file, an env that cannot save its state) the
+buffer comes back, its newest step becomes a time-limit cut (``ReplayBuffer.cut_episodes``) and the
+envs restart their episodes; with ``save_replay`` off (or no file) learning restarts from an empty
+buffer. Episode statistics of the console (``rollout/*``) restart with each launch: they never
+touch training.
 """
 
 from __future__ import annotations
@@ -37,12 +48,16 @@ from fastsac_core import (
     CheckpointError,
     FastSACAgent,
     ReplayBuffer,
+    ReplaySaver,
+    ResumableEnv,
     learning_started,
     load_checkpoint,
+    load_replay,
     save_checkpoint,
     step_transition,
     updates_due,
 )
+from fastsac_core.env import F32
 from fastsac_trainer._episode_stats import EpisodeStats
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse
@@ -117,6 +132,42 @@ def _resume(plan: RunPlan, agent: FastSACAgent) -> tuple[int, float]:
     return int(extra["iteration"]), float(extra.get("elapsed_s", 0.0))
 
 
+def _start_envs(plan: RunPlan, agent: FastSACAgent, env: BatchedEnv, iteration: int) -> tuple[F32, F32]:
+    """Restore a resume's replay file into ``agent.buffer``; continue or reset the envs.
+
+    See Note [exact sync resume].
+    """
+    source = plan.run.replay_to_resume(0)
+    if source is None or not source.is_file():
+        if plan.run.resume_from is not None:
+            why = "algo.trainer.save_replay=false" if source is None else f"no {source.name} beside it"
+            log.info("learning restarts from an empty replay buffer (%s)", why)
+        return env.reset()
+    try:
+        info = load_replay(source, agent.buffer)
+    except CheckpointError as exc:
+        log.warning("%s; learning restarts from an empty replay buffer", exc)
+        return env.reset()
+    state = info.extra.get("env")
+    exact = info.gstep == iteration and state is not None and isinstance(env, ResumableEnv)
+    log.info(
+        "replay buffer restored from %s: %d transitions of iteration %d; %s",
+        source, info.transitions, info.gstep,
+        "the episodes continue" if exact else "the episodes restart",
+    )  # fmt: skip
+    if exact:
+        assert isinstance(env, ResumableEnv) and state is not None
+        return env.restore_state(state)
+    agent.buffer.cut_episodes()
+    return env.reset()
+
+
+def _env_state(env: BatchedEnv) -> dict[str, object]:
+    """What the replay file keeps of the envs: their state when they can save it (Note [env state])."""
+    state = env.save_state() if isinstance(env, ResumableEnv) else None
+    return {} if state is None else {"env": state}
+
+
 def _snapshot(
     plan: RunPlan,
     iteration: int,
@@ -165,7 +216,8 @@ def run_sync(
     """Train ``plan`` with the synchronous loop until its budget, time limit or ``should_stop()``.
 
     Reports a :class:`Snapshot` every ``plan.run.logging_interval`` iterations (and once at the end),
-    checkpoints every ``plan.run.save_interval`` iterations and always at the end.
+    checkpoints every ``plan.run.save_interval`` iterations and always at the end; writes the replay
+    file every ``plan.run.replay_save_interval_s`` seconds (from a thread) and at the end.
 
     Args:
         plan: The resolved run.
@@ -184,6 +236,8 @@ def run_sync(
     cuda = agent.device.type == "cuda"
 
     env = run.env_factory(plan.num_envs, run.seed)
+    replay = ReplaySaver(run.replay_path(0), run.replay_save_interval_s)
+    start_iteration = iteration
     episodes = EpisodeStats(100)
     stop_reason: StopReason = "completed"
     settings = plan.run.evaluation
@@ -192,7 +246,7 @@ def run_sync(
     report = evals.report
 
     try:
-        obs, critic_obs = env.reset()
+        obs, critic_obs = _start_envs(plan, agent, env, iteration)
         # The protocol keeps step arrays valid only until the next step, so the pre-step obs the
         # buffer needs is copied (~10 µs) rather than relied on (MujocoBatchedEnv would keep it).
         held_obs = np.empty_like(obs)
@@ -257,6 +311,7 @@ def run_sync(
                 last_checkpoint = _save(plan, agent, iteration, elapsed_before + time.perf_counter() - start)
                 reporter.checkpoint_saved(last_checkpoint)
                 last_saved = iteration
+            replay.maybe_save(agent.buffer, iteration, lambda: _env_state(env))
 
         elapsed = elapsed_before + time.perf_counter() - start
         if iteration != last_reported:
@@ -264,7 +319,10 @@ def run_sync(
         if iteration != last_saved or last_checkpoint is None:
             last_checkpoint = _save(plan, agent, iteration, elapsed)
             reporter.checkpoint_saved(last_checkpoint)
+        if iteration > start_iteration:  # the buffer of the final checkpoint, with the envs' state
+            replay.save_now(agent.buffer, iteration, lambda: _env_state(env))
     finally:
+        replay.wait()
         env.close()
     log.info("sync training ended (%s) at iteration %d", stop_reason, iteration)
     return SyncResult(

@@ -12,7 +12,8 @@ names::
         async_errors/<worker>_error.log   the traceback of a worker that died
         checkpoints/model_<gstep:07d>.pt  the checkpoint of a global step (what a resume reads)
         checkpoints/best.pt               the policy of the best evaluation so far (a policy checkpoint)
-        checkpoints/.<name>.<random>.tmp  a checkpoint write cut short (never a checkpoint; below)
+        checkpoints/replay_rank<r>.pt     learner rank r's replay buffer (the latest complete snapshot)
+        checkpoints/.<name>.<random>.tmp  a checkpoint or replay write cut short (never read; below)
         videos/eval_<gstep:07d>.mp4, .gif the clip of an evaluation; videos/<checkpoint>.mp4 of trainer eval
         events.out.tfevents.*             TensorBoard's event files, in the run folder itself
         wandb_id.txt, wandb/              the W&B run's id (a resume continues it) and W&B's own files
@@ -20,7 +21,8 @@ names::
         host<R>/                          the run folder of host R > 0 of a run across hosts (same layout)
 
 A checkpoint is written atomically by ``fastsac_core.save_checkpoint`` (any path, in a run folder or
-not): into a hidden temporary file beside it, then renamed. A killed writer leaves that file, which
+not), a replay file by ``fastsac_core.save_replay``: into a hidden temporary file beside it, then
+renamed. A killed writer leaves that file, which
 :func:`checkpoint_step` never reads as a checkpoint and ``fastsac_core.discard_partial_checkpoints``
 removes from :attr:`RunLayout.checkpoints`.
 """
@@ -109,6 +111,14 @@ class RunLayout:
     def best_checkpoint(self) -> Path:
         """``checkpoints/best.pt``: the policy of the best evaluation so far (a policy checkpoint)."""
         return self.checkpoints / "best.pt"
+
+    def replay(self, rank: int) -> Path:
+        """``checkpoints/replay_rank{rank}.pt``: learner rank ``rank``'s replay buffer (Note [replay file]).
+
+        Rank ``rank`` is the run-wide learner rank (the synchronous trainer's is 0); one file per rank,
+        replaced whole at each write, read by a resume of the run's checkpoints.
+        """
+        return self.checkpoints / f"replay_rank{rank}.pt"
 
     @property
     def videos(self) -> Path:

@@ -45,11 +45,32 @@ class TrainingRun:
     evaluation: EvalSettings | None = None
     """Periodic deterministic evaluation (None: none; Note [evaluation during training] in
     ``fastsac_async.evaluator.loop``): the engine's evaluator worker, or the synchronous trainer inline."""
+    save_replay: bool = True
+    """Save each learner rank's replay buffer (``RunLayout.replay``) and restore it on a resume; off: a
+    resume restarts learning from an empty buffer."""
+    replay_save_interval_s: float | None = 600.0
+    """Seconds between two periodic replay writes (also written at the end of every launch); None:
+    only at the end (Note [replay file] in ``fastsac_core._replay_file``)."""
 
     @property
     def layout(self) -> RunLayout:
         """Every path in the run folder (``fastsac_async.run_layout``)."""
         return RunLayout(self.run_dir)
+
+    def replay_path(self, rank: int) -> Path | None:
+        """Where learner rank ``rank`` (run-wide) writes its replay buffer; None with ``save_replay`` off."""
+        return self.layout.replay(rank) if self.save_replay else None
+
+    def replay_to_resume(self, rank: int, host: int = 0) -> Path | None:
+        """The replay file learner rank ``rank`` (run-wide) of host ``host`` restores, or None.
+
+        It lies beside the checkpoint resumed from (host R > 0: in that run's ``host<R>/``), also when
+        the resumed run writes into a new folder. None when not resuming or with ``save_replay`` off.
+        """
+        if self.resume_from is None or not self.save_replay:
+            return None
+        layout = RunLayout.of_folder(self.resume_from.parent)
+        return (layout.host(host) if host else layout).replay(rank)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,8 +3,8 @@
 The hyper-parameters (checked when built) and the training schedule (when updates are due, for both
 trainers), the agent and its update steps, the replay buffer, the transition schema (the fields rings carry
 and the buffer stores), the empirical normalizer with an exact cross-rank merge, gradient all-reduce
-without a DDP wrapper, checkpoints, a standalone inference policy for collectors, and the
-deterministic evaluation.
+without a DDP wrapper, checkpoints and the replay buffer's own file (written beside the training, read
+at a resume), a standalone inference policy for collectors, and the deterministic evaluation.
 
 The public face is this module's ``__all__``. One submodule is public too: ``fastsac_core.testing``
 (tiny configs, random data, a DDP rank worker; other packages' tests use it). The private modules
@@ -28,10 +28,11 @@ from ._inference import InferencePolicy
 from ._model import build_actor
 from ._normalizer import EmpiricalNormalizer, merge_normalizers
 from ._replay import ReplayBuffer
+from ._replay_file import ReplayFileInfo, ReplaySaver, load_replay, peek_replay, save_replay
 from ._schedule import learning_started, updates_due
 from ._schema import policy_extra_fields, step_transition, transition_fields
 from .config import FastSACConfig, batch_choices, batch_per_env
-from .env import BatchedEnv, EnvDims, EnvFactory, StepResult
+from .env import BatchedEnv, EnvDims, EnvFactory, ResumableEnv, StepResult
 from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
 
 __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
@@ -40,6 +41,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "EnvDims",
     "EnvFactory",
     "FastSACConfig",
+    "ResumableEnv",
     "StepResult",
     "batch_choices",
     "batch_per_env",
@@ -74,6 +76,12 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "peek_checkpoint",
     "save_checkpoint",
     "save_policy_checkpoint",
+    # Replay files
+    "ReplayFileInfo",
+    "ReplaySaver",
+    "load_replay",
+    "peek_replay",
+    "save_replay",
     # Errors
     "CheckpointError",
     "ConfigError",

@@ -326,6 +326,95 @@ class ReplayBuffer:
             self._env_written = counts.to(self.device, non_blocking=pinned)[self._block_of_env]
         return self._env_written
 
+    # ---------------------------------------------------------------- snapshots (the replay file)
+
+    @torch.no_grad()
+    def snapshot(self) -> dict[str, Any]:
+        """A CPU copy of what a resume needs: counts, each block's filled rows, each env's running return.
+
+        Only the written part of each block's storage is copied, in its stored dtype (Note [replay
+        file] in ``_replay_file``). On CUDA the copy waits for the GPU's pending writes: the caller
+        takes it after its ingest has landed, and the copy is what a writer thread may save while
+        the buffer moves on.
+        """
+        data: dict[str, list[Tensor]] = {name: [] for name in self.storage}
+        for width, start, written in zip(self.blocks, self._block_starts, self._block_written, strict=True):
+            rows = min(written, self.capacity)
+            for name, storage in self.storage.items():
+                data[name].append(storage[:rows, start : start + width].to("cpu", copy=True))
+        return {
+            "num_envs": self.num_envs,
+            "capacity": self.capacity,
+            "blocks": list(self.blocks),
+            "block_written": list(self._block_written),
+            "data": data,
+            "running_returns": self.reward_scale.running.to("cpu", copy=True),
+        }
+
+    @torch.no_grad()
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Load a :meth:`snapshot` (any device's, any block layout whose blocks' envs hold equal counts).
+
+        Raises:
+            ReplayBufferError: The snapshot is of another size or fields, or a block of this buffer
+                would hold envs saved at different counts (the env blocks changed under uneven counts).
+        """
+        if (snapshot["num_envs"], snapshot["capacity"]) != (self.num_envs, self.capacity):
+            raise ReplayBufferError(
+                f"the saved replay has num_envs={snapshot['num_envs']}, capacity={snapshot['capacity']};"
+                f" this buffer has num_envs={self.num_envs}, capacity={self.capacity};"
+                " resume with the same task.num_envs per learner and algo.agent.buffer_size"
+            )
+        saved_data: dict[str, list[Tensor]] = snapshot["data"]
+        if set(saved_data) != set(self.storage):
+            raise ReplayBufferError(
+                f"the saved replay holds the fields {sorted(saved_data)}; this buffer stores"
+                f" {sorted(self.storage)}: resume with the task it was saved with"
+            )
+        saved_blocks = [int(b) for b in snapshot["blocks"]]
+        saved_counts = [int(c) for c in snapshot["block_written"]]
+        per_env = [c for c, b in zip(saved_counts, saved_blocks, strict=True) for _ in range(b)]
+        counts = []
+        for width, start in zip(self.blocks, self._block_starts, strict=True):
+            mine = set(per_env[start : start + width])
+            if len(mine) != 1:
+                raise ReplayBufferError(
+                    f"the saved replay's env blocks {saved_blocks} hold different step counts"
+                    f" {saved_counts}, and this buffer's blocks {list(self.blocks)} would mix them:"
+                    " resume with the same async_options.num_collectors per learner"
+                )
+            counts.append(mine.pop())
+        start = 0
+        for b, width in enumerate(saved_blocks):
+            for name, storage in self.storage.items():
+                block = saved_data[name][b]
+                rows = min(saved_counts[b], self.capacity)
+                if tuple(block.shape) != (rows, width, *storage.shape[2:]):
+                    raise ReplayBufferError(
+                        f"saved replay field {name!r} of block {b} has shape {tuple(block.shape)};"
+                        f" expected {(rows, width, *storage.shape[2:])}: the file is not this buffer's"
+                    )
+                storage[:rows, start : start + width].copy_(block)
+            start += width
+        self._block_written = counts
+        self._env_written = None
+        self.reward_scale.running.copy_(snapshot["running_returns"])
+
+    @torch.no_grad()
+    def cut_episodes(self) -> None:
+        """End every env's stored history at its newest step: the next write does not follow it.
+
+        For envs that restart their episodes (a resume without their state): the newest stored step
+        of each env becomes a time-limit cut (``truncated``, unless it ended its episode already), so
+        no transition reads the restarted env's first obs as its next obs (Note [replay layout]), and
+        each env's running return starts again at 0 (Note [reward scale]).
+        """
+        for width, start, written in zip(self.blocks, self._block_starts, self._block_written, strict=True):
+            if written:
+                slot, columns = (written - 1) % self.capacity, slice(start, start + width)
+                self.storage["truncated"][slot, columns] |= ~self.storage["terminated"][slot, columns]
+        self.reward_scale.running.zero_()
+
     # ---------------------------------------------------------------- state
 
     def state_dict(self, include_data: bool = True) -> dict[str, Any]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from .exceptions import ConfigError
 
-__all__ = ["BatchedEnv", "EnvDims", "EnvFactory", "StepResult"]
+__all__ = ["BatchedEnv", "EnvDims", "EnvFactory", "ResumableEnv", "StepResult"]
 
 F32 = npt.NDArray[np.float32]
 Bool = npt.NDArray[np.bool_]
@@ -103,6 +103,24 @@ class BatchedEnv(Protocol):
 
     def close(self) -> None:
         """Release the simulator."""
+        ...
+
+
+@runtime_checkable
+class ResumableEnv(BatchedEnv, Protocol):
+    """A :class:`BatchedEnv` that can save where its episodes are and continue them in a new process.
+
+    Optional: the synchronous trainer saves the state with its replay buffer, and a resume of it
+    continues every episode exactly where it stopped (a bit-identical resume); envs without it (and
+    the collectors' envs) restart their episodes on a resume.
+    """
+
+    def save_state(self) -> dict[str, Any] | None:
+        """Everything the next steps depend on (tensors and plain values); None when it cannot."""
+        ...
+
+    def restore_state(self, state: dict[str, Any]) -> tuple[F32, F32]:
+        """Continue from :meth:`save_state` of an env built alike; returns (obs, critic_obs) as ``reset``."""
         ...
 
 

@@ -110,6 +110,8 @@ class ResolvedRun:
                 time_limit_s=trainer["time_limit_s"],
                 logging_interval=trainer["logging_interval"],
                 save_interval=trainer["save_interval"],
+                save_replay=trainer["save_replay"],
+                replay_save_interval_s=trainer["replay_save_interval"],
                 run_dir=run_dir,
                 resume_from=resume_from,
                 evaluation=self.evaluation,

@@ -91,6 +91,11 @@ _RULES: tuple[_Rule, ...] = (
     ("algo.trainer.num_learning_iterations", lambda v: v >= 1, "use at least 1 iteration"),
     ("algo.trainer.logging_interval", lambda v: v >= 1, "use a positive number of iterations"),
     ("algo.trainer.save_interval", lambda v: v >= 1, "use a positive number of iterations"),
+    (
+        "algo.trainer.replay_save_interval",
+        lambda v: v is None or v > 0,
+        "use a positive number of seconds, or null to write the replay buffer only at the end",
+    ),
     ("algo.trainer.time_limit_s", lambda v: v is None or v > 0, "use a positive number of seconds or null"),
     ("algo.trainer.stop_grace_s", lambda v: v > 0, "use a positive number of seconds, e.g. 5"),
     ("algo.trainer.eval_video_steps", lambda v: v >= 1, "use at least 1 step"),

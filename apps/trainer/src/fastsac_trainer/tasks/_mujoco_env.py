@@ -15,6 +15,16 @@ it has a MujocoBatchedEnv can act on obs_t, step, then store obs_t next to the r
 step without copying it first). This is stronger than the BatchedEnv protocol, which keeps step
 arrays valid only until the next step. Every other array of a :class:`StepResult` is valid until
 the next ``step`` call.
+
+# Note [env state]
+``save_state`` keeps what the next steps of the batch depend on, so that a resumed synchronous run
+continues every episode bit-identically: each env's MuJoCo integration state (``mj_getState`` with
+``mjSTATE_INTEGRATION``: time, qpos, qvel, act, controls, warm start...) and every fixed-size array of
+its ``MjData`` (the derived quantities of the last step: some tasks read one before the next step,
+e.g. Humanoid's centre of mass from ``xipos``, Ant's torso ``xpos``), its reset generator, the
+random-action generator, the episodes' returns and lengths, and the obs last returned. About 35 kB
+per Humanoid env. Envs kept with their wrappers (``task=gym``) return None: a wrapper's own state
+(a TimeLimit's count, a normaliser's statistics) is out of reach, and their episodes restart.
 """
 
 from __future__ import annotations
@@ -24,8 +34,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from fastsac_core import EnvDims, StepResult
 from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
@@ -78,6 +90,40 @@ def check_spaces(env_id: str, obs_space: Any, act_space: Any) -> tuple[gym.space
     return obs_space, act_space
 
 
+_INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
+
+
+def _fixed_arrays(data: Any, model: Any) -> dict[str, np.ndarray]:
+    """Every array of ``data`` whose shape the model fixes (not the per-step contact/constraint ones)."""
+    fresh = mujoco.MjData(model)
+    arrays = {}
+    for name in dir(data):
+        if name.startswith("_"):
+            continue
+        value = getattr(data, name, None)
+        if isinstance(value, np.ndarray) and value.size and getattr(fresh, name).shape == value.shape:
+            arrays[name] = value
+    return arrays
+
+
+def _mujoco_state(env: Any) -> dict[str, Any]:
+    """One env's part of Note [env state]."""
+    physics = np.empty(mujoco.mj_stateSize(env.model, _INTEGRATION))
+    mujoco.mj_getState(env.model, env.data, physics, _INTEGRATION)
+    arrays = {name: torch.from_numpy(a.copy()) for name, a in _fixed_arrays(env.data, env.model).items()}
+    rng = env.np_random.bit_generator.state
+    return {"physics": torch.from_numpy(physics), "arrays": arrays, "np_random": rng}
+
+
+def _restore_mujoco_state(env: Any, saved: dict[str, Any]) -> None:
+    mujoco.mj_setState(env.model, env.data, saved["physics"].numpy(), _INTEGRATION)
+    arrays = _fixed_arrays(env.data, env.model)
+    for name, value in saved["arrays"].items():
+        if name in arrays:  # a field another MuJoCo version had is not needed by this one
+            arrays[name][...] = value.numpy()
+    env.np_random.bit_generator.state = saved["np_random"]
+
+
 class MujocoBatchedEnv:
     """``num_envs`` copies of a gymnasium env, stepped together with auto-reset.
 
@@ -126,6 +172,7 @@ class MujocoBatchedEnv:
         self._max_episode_steps = int(limit) if limit is not None else np.iinfo(np.int64).max
         # Kept wrappers report their own truncation (TimeLimit): no count of ours cuts episodes then.
         self._own_limit = np.iinfo(np.int64).max if keep_wrappers else self._max_episode_steps
+        self._keep_wrappers = keep_wrappers
         self._envs: list[Any] = wrapped if keep_wrappers else [env.unwrapped for env in wrapped]
 
         obs_space, act_space = check_spaces(env_id, wrapped[0].observation_space, wrapped[0].action_space)
@@ -253,6 +300,43 @@ class MujocoBatchedEnv:
             episode_returns=episode_returns,
             episode_lengths=episode_lengths,
         )
+
+    def save_state(self) -> dict[str, Any] | None:
+        """The batch's state (Note [env state]); None for envs kept with their wrappers or not MuJoCo's."""
+        mujoco_envs = all(hasattr(env, "model") and hasattr(env, "data") for env in self._envs)
+        if self._keep_wrappers or not mujoco_envs or not self._has_reset:
+            return None
+        return {
+            "env_id": self._env_id,
+            "envs": [_mujoco_state(env) for env in self._envs],
+            "action_rng": self._rng.bit_generator.state,
+            "ep_return": torch.from_numpy(self._ep_return.copy()),
+            "ep_length": torch.from_numpy(self._ep_length.copy()),
+            "obs": torch.from_numpy(self._obs[self._parity].copy()),
+        }
+
+    def restore_state(self, state: dict[str, Any]) -> tuple[F32, F32]:
+        """Continue from :meth:`save_state` of a batch of the same task and size; returns (obs, obs).
+
+        Raises:
+            TaskError: The state is of another task or batch size.
+        """
+        if state["env_id"] != self._env_id or len(state["envs"]) != self.num_envs:
+            raise TaskError(
+                f"the saved env state is of {len(state['envs'])} x {state['env_id']}, not {self.num_envs} x "
+                f"{self._env_id}; resume with the task and task.num_envs it was saved with"
+            )
+        for env, saved in zip(self._envs, state["envs"], strict=True):
+            _restore_mujoco_state(env, saved)
+        self._rng.bit_generator.state = state["action_rng"]
+        self._ep_return[:] = state["ep_return"].numpy()
+        self._ep_length[:] = state["ep_length"].numpy()
+        self._pending_seeds = None
+        self._parity ^= 1
+        obs = self._obs[self._parity]
+        obs[:] = state["obs"].numpy()
+        self._has_reset = True
+        return obs, obs
 
     def sample_actions(self) -> F32:
         """(N, act_dim) uniform random actions within the bounds, drawn in one numpy call."""
