@@ -5,7 +5,8 @@ same composition, validation, run folder, console and trainers) and returns a :c
 A mistake in the settings raises :class:`~fastsac_trainer.config.exceptions.TrainerAppError` with the
 command line's one-line message; a failed worker raises :class:`TrainingFailedError`, a run stopped at
 once (a second Ctrl+C) :class:`TrainingAbortedError`. Call it from the main thread (it handles the stop
-signals there), from a script or a notebook.
+signals there), from a notebook or from a script under ``if __name__ == "__main__":`` (the workers
+import the script again: :mod:`fastsac_trainer.main_guard`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.main_guard import check_main_guard
 from fastsac_trainer.training import RunOutcome, train_run
 
 __all__ = ["RunOutcome", "TrainResult", "TrainingAbortedError", "TrainingFailedError", "train"]
@@ -165,10 +167,12 @@ def train(
         The run folder, the last checkpoint, the last metrics and the stop reason.
 
     Raises:
-        TrainerAppError: An invalid setting (the command line's one-line message).
+        TrainerAppError: An invalid setting (the command line's one-line message), or a call at the
+            top level of a script outside ``if __name__ == "__main__":`` (the workers import the script).
         TrainingFailedError: A worker failed (the message names it and its error log).
         TrainingAbortedError: The run was stopped at once.
     """
+    check_main_guard()  # first: in a worker importing the script, nothing else may run
     from fastsac_core import FastSACCoreError
     from fastsac_trainer.arguments import overrides_only
     from fastsac_trainer.config.compose import merge_overrides
