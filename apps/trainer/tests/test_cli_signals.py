@@ -24,7 +24,7 @@ from typing import IO
 import pytest
 
 from fastsac_async.run_layout import RunLayout
-from fastsac_core import peek_checkpoint
+from fastsac_core import peek_checkpoint, peek_replay
 from fastsac_trainer.testing import TINY_PENDULUM
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def _final_iteration(out: str) -> int:
 def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_continues(
     tmp_path: Path, mode: str, sig: signal.Signals
 ) -> None:
-    """SIGTERM/SIGHUP/SIGUSR1 mid-run: exit 0, stop_reason names it, resume= continues its checkpoint."""
+    """SIGTERM/SIGHUP/SIGUSR1 mid-run: exit 0, stop_reason names it; resume= continues checkpoint, replay."""
     trainer = ASYNC if mode == "async" else SYNC
     run = _Run(tmp_path, [*TINY, *trainer, LONG, "run_name=r"])
     try:
@@ -160,6 +160,8 @@ def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_contin
     assert f"stop_reason={sig.name}" in log and "(exit 0)" in log
     saved = _final_iteration(out)
     assert peek_checkpoint(RunLayout(run_dir).checkpoint(saved))["extra"]["iteration"] == saved
+    replay = peek_replay(RunLayout(run_dir).replay(0))  # written with the final checkpoint
+    assert replay.gstep == saved and replay.transitions > 0
 
     if sig != signal.SIGTERM:
         return  # resuming the checkpoint of another signal's stop is the same path as SIGTERM's
@@ -170,9 +172,17 @@ def test_a_stop_signal_mid_run_ends_cleanly_with_a_checkpoint_that_resume_contin
     finally:
         resumed.close()
     assert code == 0, out + err
-    assert f"resuming from {RunLayout(run_dir).checkpoint(saved)}" in out
+    checkpoint = RunLayout(run_dir).checkpoint(saved)
+    assert f"resuming from {checkpoint} (iteration {saved}); replay buffer of" in out
+    assert f" {replay.transitions:,} transitions from iteration {saved}, written " in out, out
     assert _final_iteration(out) >= budget and "stop_reason=completed" in out
     _assert_nothing_left(run_dir, err)
+    restored = f"replay buffer restored from {RunLayout(run_dir).replay(0)}: {replay.transitions} transitions"
+    if mode == "async":  # the learner restores its own shard; its collectors restart their episodes
+        assert f"learner0: {restored} of gstep {saved}" in RunLayout(run_dir).log("learner0").read_text()
+    else:  # the envs' state came with it: every episode continues
+        log = RunLayout(run_dir).parent_log.read_text()
+        assert f"{restored} of iteration {saved}; the episodes continue" in log
 
 
 _WITH_TERMINAL = """

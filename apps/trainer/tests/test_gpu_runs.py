@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fastsac_async.run_layout import RunLayout
-from fastsac_core import peek_checkpoint
+from fastsac_core import peek_checkpoint, peek_replay
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -65,7 +65,9 @@ def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_g
     """CUDA run to 6 iterations, resume to 10 (counter continues), then eval and ONNX export on CPU only.
 
     The run evaluates every 2 iterations (async: the evaluator reads the CUDA-IPC weight channel), and
-    its best.pt evaluates on CPU to the return it was kept for.
+    its best.pt evaluates on CPU to the return it was kept for. The replay buffer comes back on each
+    resume: into the CUDA learner's buffer, then (a branch into a new folder) into a CPU one in a
+    process that sees no GPU.
     """
     evaluating = [
         "algo.trainer.eval_interval=2",
@@ -78,10 +80,27 @@ def test_a_cuda_run_resumes_and_its_checkpoint_evaluates_and_exports_without_a_g
     if "algo.trainer.asynchronous=true" in mode:
         log = RunLayout(run_dir).log("learner0").read_text()
         assert "host transition ring instead of CUDA IPC" not in log, "the rings were CUDA-IPC rings"
+    saved = peek_replay(RunLayout(run_dir).replay(0))
+    assert saved.gstep == 6 and saved.transitions > 0
     out = _run([f"resume={run_dir}", "algo.trainer.num_learning_iterations=10", "console=plain"], tmp_path)
-    assert "resuming from" in out
+    assert f"(iteration 6); replay buffer of {saved.transitions:,} transitions from iteration 6," in out, out
     assert _iteration(run_dir) == 10
+    restored = f"replay buffer restored from {RunLayout(run_dir).replay(0)}: {saved.transitions} transitions"
+    asynchronous = "algo.trainer.asynchronous=true" in mode
+    log = RunLayout(run_dir).log("learner0" if asynchronous else "trainer").read_text()
+    assert restored in log, log
     no_gpu = {"CUDA_VISIBLE_DEVICES": ""}
+    at_10 = peek_replay(RunLayout(run_dir).replay(0))
+    on_cpu = ["algo.trainer.device=cpu", "algo.trainer.async_options.transition_ipc=off",
+              "algo.trainer.async_options.weight_ipc=off"]  # fmt: skip
+    branch = [f"resume={run_dir}", "run_name=r_cpu", "algo.trainer.num_learning_iterations=12", *on_cpu]
+    out = _run(branch, tmp_path, **no_gpu)
+    assert f"(iteration 10); replay buffer of {at_10.transitions:,} transitions from iteration 10," in out
+    cpu_dir = tmp_path / "runs" / "r_cpu"
+    log = RunLayout(cpu_dir).log("learner0" if asynchronous else "trainer").read_text()
+    from_cuda = f"replay buffer restored from {RunLayout(run_dir).replay(0)}: {at_10.transitions} transitions"
+    assert from_cuda in log, log
+    assert _iteration(cpu_dir) == 12
     evaluated = _run(["eval", f"checkpoint={run_dir}", "episodes=2"], tmp_path, **no_gpu)
     assert "mean return" in evaluated, evaluated
     onnx = tmp_path / "policy.onnx"

@@ -5,6 +5,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -26,6 +27,9 @@ from fastsac_core import (
     FastSACConfig,
     InferencePolicy,
     ReplayBuffer,
+    ReplaySaver,
+    load_replay,
+    peek_replay,
     step_transition,
     transition_fields,
 )
@@ -178,7 +182,11 @@ def _agent(num_envs: int, *, shared_obs: bool = False) -> FastSACAgent:
 
 @contextmanager
 def _in_process_pair(
-    rings: Rings, *, shared_obs: bool = False, compile_cpus: tuple[int, ...] | None = None
+    rings: Rings,
+    *,
+    shared_obs: bool = False,
+    compile_cpus: tuple[int, ...] | None = None,
+    replay: ReplaySaver | None = None,
 ) -> Iterator[tuple[Collector, Learner, list[LearnerSnapshot]]]:
     """One collector (budget 12) and one strict learner over one host ring and one weight channel."""
     ring = rings.make(4, 8, shared_obs=shared_obs)
@@ -204,6 +212,7 @@ def _in_process_pair(
             hooks=LearnerHooks(collector_steps=lambda: collector.steps,
                                collectors_finished=lambda: collector.finished,
                                stop_requested=lambda: False, on_snapshot=snaps.append),
+            replay=replay,
         )  # fmt: skip
         learner.publish()
         yield collector, learner, snaps
@@ -262,6 +271,34 @@ def test_collector_and_learner_in_process(rings: Rings, shared_obs: bool) -> Non
         shares = snaps[0].host_pct
         assert {"decide", "update", "other"} <= set(shares), shares
         assert all(v >= 0.0 for v in shares.values()) and abs(sum(shares.values()) - 100.0) < 1e-6
+
+
+def test_the_learner_writes_its_replay_when_due_from_a_thread_and_at_the_end(
+    rings: Rings, tmp_path: Path
+) -> None:
+    """A learner hands its buffer to the replay writer every interval, and writes it whole when it stops."""
+    now = [0.0]
+    saver = ReplaySaver(tmp_path / "replay_rank0.pt", 5.0, clock=lambda: now[0])
+    with _in_process_pair(rings, replay=saver) as (collector, learner, _):
+        for _ in range(6):
+            collector.step_once()
+            learner.run_iteration()
+        assert not saver.path.exists()  # type: ignore[union-attr]
+        now[0] = 5.0
+        collector.step_once()
+        learner.run_iteration()
+        saver.wait(10.0)
+        periodic = peek_replay(tmp_path / "replay_rank0.pt")
+        assert 0 < periodic.gstep <= learner.gstep and periodic.transitions > 0
+        while learner.run_iteration():
+            collector.step_once()
+        final = learner.save_replay()
+    assert final is not None and final.gstep == learner.gstep == 12
+    assert final.transitions == learner.agent.buffer.num_stored == 12 * 4
+    restored = _agent(4).buffer
+    load_replay(tmp_path / "replay_rank0.pt", restored)
+    written = zip(_storage(restored), _storage(learner.agent.buffer), strict=True)
+    assert all(torch.equal(a[:12], b[:12]) for a, b in written)
 
 
 def test_rank_0_votes_done_only_once_every_collector_of_the_run_finished(rings: Rings) -> None:

@@ -202,3 +202,22 @@ def test_a_failed_write_is_logged_and_keeps_the_previous_file(
     saver = ReplaySaver(tmp_path / "blocked" / "replay.pt", None)
     assert saver.save_now(_ragged(), 1) is None
     assert "replay buffer write to" in caplog.text and "previous replay file is kept" in caplog.text
+
+
+@pytest.mark.gpu
+def test_a_cuda_buffer_restores_on_the_cpu_and_back(tmp_path: Path) -> None:
+    """A CUDA buffer's file restores into a CPU buffer, whose file restores into a CUDA one: same storage."""
+    on_cuda = _buffer([2, 2], device="cuda")
+    on_cuda.extend_block(0, {k: v[:, :2].cuda() for k, v in _steps(9, 4, 0).items()})
+    on_cuda.extend_block(1, {k: v[:, 2:].cuda() for k, v in _steps(4, 4, 1).items()})
+    save_replay(tmp_path / "cuda.pt", on_cuda.snapshot(), gstep=1)
+    on_cpu = _buffer([2, 2])
+    load_replay(tmp_path / "cuda.pt", on_cpu)
+    save_replay(tmp_path / "cpu.pt", on_cpu.snapshot(), gstep=1)
+    back = _buffer([2, 2], device="cuda")
+    load_replay(tmp_path / "cpu.pt", back)
+    assert back.block_written == on_cpu.block_written == (9, 4)
+    for name, storage in on_cuda.storage.items():
+        written = storage.cpu().nan_to_num(7.0) if storage.is_floating_point() else storage.cpu()
+        for other in (on_cpu.storage[name], back.storage[name].cpu()):
+            assert torch.equal(other.nan_to_num(7.0) if other.is_floating_point() else other, written), name

@@ -20,7 +20,7 @@ from fastsac_trainer.outcome import EXIT_FAILED, final_line, summary
 if TYPE_CHECKING:
     from fastsac_trainer.training import RunOutcome
 
-__all__ = ["check_resumable", "open_run_dir", "run_with_console", "select_trainer"]
+__all__ = ["check_resumable", "open_run_dir", "resume_line", "run_with_console", "select_trainer"]
 
 _log = logging.getLogger("trainer")
 
@@ -122,6 +122,57 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
             "algo.trainer.async_options.num_learners"
         )
     return int(info["extra"].get("iteration", 0))
+
+
+def resume_line(plan: Any, resumed_at: int) -> str:
+    """The line a resume prints: the checkpoint, its iteration, and the replay buffer it restores.
+
+    It reads the replay files this host's learners will restore (``TrainingRun.replay_to_resume``,
+    without their data) and says how old they are: their iteration against the checkpoint's, and
+    when they were written. A missing or unreadable one is named: that learner starts empty.
+    """
+    import time
+
+    from fastsac_core import CheckpointError, peek_replay
+
+    run = plan.run
+    head = f"resuming from {run.resume_from} (iteration {resumed_at})"
+    if not run.save_replay:
+        return f"{head}; learning restarts from an empty replay buffer (algo.trainer.save_replay=false)"
+    host = 0 if plan.hosts is None else plan.hosts.host_rank
+    learners = plan.async_options.num_learners if plan.asynchronous else 1
+    ranks = [host * learners + r for r in range(learners)]
+    found, empty = [], []
+    for rank in ranks:
+        path = run.replay_to_resume(rank, host)
+        try:
+            found.append(peek_replay(path))
+        except CheckpointError as exc:
+            empty.append(f"{path.name}: {'missing' if not path.exists() else exc}")
+    if not found:
+        why = "; ".join(empty)
+        return f"{head}; no replay buffer to restore ({why}): learning restarts from an empty buffer"
+    steps = sorted({info.gstep for info in found})
+    of = f"iteration {steps[0]}" if len(steps) == 1 else f"iterations {steps[0]}-{steps[-1]}"
+    behind = resumed_at - steps[0]
+    if behind:
+        of += f", {abs(behind)} iterations {'before' if behind > 0 else 'after'} the checkpoint"
+    age = time.time() - min(info.written_at for info in found)
+    line = (
+        f"{head}; replay buffer of {sum(info.transitions for info in found):,} transitions from {of},"
+        f" written {_duration(age)} ago"
+    )
+    if empty:
+        line += f"; {len(empty)} of {len(ranks)} learners start with an empty buffer ({'; '.join(empty)})"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def run_with_console(

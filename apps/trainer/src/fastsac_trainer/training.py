@@ -111,7 +111,13 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     from fastsac_async import RunLayout
     from fastsac_trainer.arguments import composed
     from fastsac_trainer.config.placement import describe_placement, resolve_placement
-    from fastsac_trainer.launch import check_resumable, open_run_dir, run_with_console, select_trainer
+    from fastsac_trainer.launch import (
+        check_resumable,
+        open_run_dir,
+        resume_line,
+        run_with_console,
+        select_trainer,
+    )
 
     run, resume_from, previous_run, cuda_count, settings = composed(overrides)
     every = run.config["algo"]["trainer"]["eval_video_every"]
@@ -156,7 +162,7 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     if rendering is not None:
         out.write(f"{rendering}\n")
     out.write(f"run folder: {run_dir}\n")
-    if resume_from is not None:
-        out.write(f"resuming from {resume_from}\n")
+    if resume_from is not None and resumed_at is not None:
+        out.write(f"{resume_line(plan, resumed_at)}\n")
     out.flush()
     return run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)

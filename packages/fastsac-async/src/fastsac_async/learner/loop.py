@@ -23,7 +23,7 @@ from fastsac_async.learner.profiler import PROFILE_AFTER_UPDATES, profiled
 from fastsac_async.learner.publisher import DeferredPublisher
 from fastsac_async.stats import LEARNER_STAGES, LearnerSnapshot, StageTimer
 from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
-from fastsac_core import FastSACAgent, save_checkpoint, sync_normalizers
+from fastsac_core import FastSACAgent, ReplayFileInfo, ReplaySaver, save_checkpoint, sync_normalizers
 from shm_transport import TransitionRing, WeightWriter
 
 __all__ = ["Learner", "LearnerHooks", "LearnerSettings", "run_learner_loop"]
@@ -89,6 +89,8 @@ class Learner:
         settings: Loop knobs.
         hooks: Counters and sinks.
         process_group: torch.distributed group when there are several learners.
+        replay: Writes this rank's replay buffer (periodically from a thread, and at the end); None:
+            never (Note [replay file] in ``fastsac_core._replay_file``).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Learner:
         settings: LearnerSettings,
         hooks: LearnerHooks,
         process_group: torch.distributed.ProcessGroup | None = None,
+        replay: ReplaySaver | None = None,
     ) -> None:
         self.rank = rank
         self.agent = agent
@@ -109,6 +112,7 @@ class Learner:
         self.settings = settings
         self.hooks = hooks
         self.group = process_group
+        self.replay = replay
         self.ingestor = Ingestor(
             rings, agent.buffer, settings.max_ingest_per_iter, ragged=settings.ragged_ingest
         )
@@ -239,6 +243,7 @@ class Learner:
         if self.rank == 0:
             self.hooks.on_progress(self.gstep, self.updates)
             self._maybe_checkpoint()
+        self._maybe_save_replay()
         self.stopped = decision.stop
         if self.stopped:
             self.finish_publish(block=True)
@@ -271,6 +276,21 @@ class Learner:
         self._pending_checkpoint = str(path)
         _log.info("checkpoint %s", path)
         return path
+
+    def _maybe_save_replay(self) -> None:
+        """Every rank: hand a snapshot of its buffer to the replay writer thread when one is due."""
+        if self.replay is not None and self.replay.due():
+            with self.timer.time("checkpoint"):
+                self.ingestor.wait_ingest()  # the snapshot holds every slot committed so far
+                self.replay.maybe_save(self.agent.buffer, self.gstep)
+
+    def save_replay(self) -> ReplayFileInfo | None:
+        """Every rank: write its buffer now, after any write in flight (the end of a run); the file."""
+        if self.replay is None:
+            return None
+        with self.timer.time("checkpoint"):
+            self.ingestor.wait_ingest()
+            return self.replay.save_now(self.agent.buffer, self.gstep)
 
     def snapshot(self) -> LearnerSnapshot:
         """This rank's stats over the window since the last snapshot (starts a new window)."""

@@ -40,7 +40,14 @@ from fastsac_async.worker_process import (
     reporting_failure,
     worker_boot,
 )
-from fastsac_core import FastSACAgent, ReplayBuffer, load_checkpoint
+from fastsac_core import (
+    CheckpointError,
+    FastSACAgent,
+    ReplayBuffer,
+    ReplaySaver,
+    load_checkpoint,
+    load_replay,
+)
 from shm_transport import StartupHandshake
 
 __all__ = ["run_learner"]
@@ -138,6 +145,7 @@ def run_learner(
             final = learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
             if final is not None:
                 control.set_final_checkpoint(learner.gstep)  # before done: the parent reads it then
+            learner.save_replay()  # every rank: its shard of the replay, of the final checkpoint's gstep
             offer(stats_queue, learner.snapshot())
             _log.info(
                 "%s done at gstep %d after %d updates (actor %s)",
@@ -161,7 +169,33 @@ def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAg
     # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
     # indices and noise on every rank. The others keep their own seeds.
     extra = load_checkpoint(spec.run.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
+    _restore_replay(spec, rank, agent.buffer)
     return agent, int(extra.get("iteration", 0)), int(extra.get("updates", 0))
+
+
+def _restore_replay(spec: EngineSpec, rank: int, buffer: ReplayBuffer) -> None:
+    """Rank ``rank``'s shard of a resumed run's replay, if saved; its newest steps become cuts.
+
+    The collectors restart their episodes (their envs' state is not saved), so each env's newest
+    stored step is cut (``ReplayBuffer.cut_episodes``). A missing or unreadable file leaves the buffer
+    empty, with a log line saying why; the run goes on.
+    """
+    host = 0 if spec.hosts is None else spec.hosts.host_rank
+    source = spec.run.replay_to_resume(learner_rank(spec, rank), host)
+    if source is None or not source.is_file():
+        why = "algo.trainer.save_replay=false" if source is None else f"{source} does not exist"
+        _log.info("learner%d: learning restarts from an empty replay buffer (%s)", rank, why)
+        return
+    try:
+        info = load_replay(source, buffer)
+    except CheckpointError as exc:
+        _log.warning("learner%d: %s; learning restarts from an empty replay buffer", rank, exc)
+        return
+    buffer.cut_episodes()
+    _log.info(
+        "learner%d: replay buffer restored from %s: %d transitions of gstep %d, written %.0f s ago",
+        rank, source, info.transitions, info.gstep, time.time() - info.written_at,
+    )  # fmt: skip
 
 
 def _learner(
@@ -213,6 +247,7 @@ def _learner(
             checkpoint_extra=lambda g: {"collector_steps": control.all_collector_steps()},
         ),
         process_group=None,
+        replay=ReplaySaver(spec.run.replay_path(learner_rank(spec, rank)), spec.run.replay_save_interval_s),
     )
 
 

@@ -106,8 +106,9 @@ class AsyncEngine:
             # Every collector restarts at the checkpoint's global step, whatever its own count was
             # (a stop leaves them uneven): generations pair the k-th slot of every ring, so the rings
             # must start level, or the surplus of the collectors that were behind never forms a
-            # generation and the run never finishes. The replay is not in the checkpoint: nothing
-            # is lost, and the learners owe nothing for earlier gsteps.
+            # generation and the run never finishes. The learners owe nothing for earlier gsteps. Each
+            # learner's replay (its own file, Note [replay file]) keeps its envs' own step counts: the
+            # few steps a collector took past the checkpoint stay there and are taken again.
             gstep = int(peek_checkpoint(spec.run.resume_from)["extra"].get("iteration", 0))
             control.resume_collector_steps([gstep] * spec.num_collectors)
         # A parent killed during an earlier run's boot left its segments named: sweep those whose
