@@ -5,19 +5,24 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fastsac_async.run_layout import RunLayout
+from fastsac_trainer import launch, train
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.run_dir import (
     create_default_run_dir,
     create_run_dir,
     default_run_name,
     latest_checkpoint,
+    remove_untrained_run,
     resolve_resume,
 )
+from fastsac_trainer.testing import TINY_PENDULUM
 
 
 def test_create_run_dir_makes_the_layout_and_saves_the_config(tmp_path: Path) -> None:
@@ -141,3 +146,90 @@ def test_a_resume_removes_the_partial_checkpoint_a_kill_left(tmp_path: Path) -> 
     kept.write_bytes(b"x")
     create_run_dir(tmp_path, "r", "a: 2\n", resuming=True)
     assert not partial.exists() and kept.exists()
+
+
+def _started(run_dir: Path) -> RunLayout:
+    """A run folder as a run leaves it when stopped during start-up: config, overrides, logs, events."""
+    layout = RunLayout(run_dir)
+    for folder in layout.folders:
+        folder.mkdir(parents=True)
+    for path in (layout.config, layout.overrides, layout.parent_log, layout.log("learner0")):
+        path.write_text("x\n")
+    (layout.events / "events.out.tfevents.1796308445.vm.23450.0").write_bytes(b"x")
+    return layout
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["", "checkpoints/model_0000000.pt", "checkpoints/best.pt", "async_errors/learner0_error.log",
+     "videos/eval_0000000.mp4", "wandb_id.txt", "notes.txt", "logs/notes.txt", "link"],
+)  # fmt: skip
+def test_only_a_folder_of_start_up_files_is_removed(tmp_path: Path, extra: str) -> None:
+    """Config, overrides, logs and event files alone go; a checkpoint, error log or other file keeps all."""
+    layout = _started(tmp_path / "r")
+    if extra == "link":
+        (layout.root / "link").symlink_to(tmp_path)
+    elif extra:
+        (layout.root / extra).parent.mkdir(exist_ok=True)
+        (layout.root / extra).write_bytes(b"x")
+    assert remove_untrained_run(layout.root) is (not extra)
+    assert layout.root.exists() is bool(extra)
+    if extra:
+        assert layout.config.is_file() and (layout.root / extra).exists()
+
+
+@dataclass
+class _StoppedDuringBoot:
+    """What the asynchronous trainer returns when stopped while its workers boot."""
+
+    iterations: int = 0
+    env_steps: int = 0
+    updates: int = 0
+    last_checkpoint: Path | None = None
+    stop_reason: str = "stopped_during_boot"
+
+
+def _stopped_during_boot(*files: str) -> Callable[[bool], Callable[..., object]]:
+    """A ``select_trainer`` whose trainer writes ``files`` into the run folder and stops during boot."""
+
+    def trainer(plan: Any, reporter: Any, **kwargs: object) -> _StoppedDuringBoot:
+        for name in files:
+            (plan.run.run_dir / name).write_text("x\n")
+        return _StoppedDuringBoot()
+
+    return lambda asynchronous: trainer
+
+
+_RUN = [*TINY_PENDULUM, "algo.trainer.asynchronous=false", "algo.trainer.device=cpu", "run_name=r"]
+
+
+def test_a_new_run_stopped_during_boot_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stopped before anything was trained, a new run's folder is removed, and the last line says so."""
+    monkeypatch.setattr(launch, "select_trainer", _stopped_during_boot())
+    result = train("pendulum", overrides=[*_RUN, f"runs_root={tmp_path}"])
+    assert result.stop_reason == "stopped_during_boot" and not result.run_dir.exists()
+    assert list(tmp_path.iterdir()) == []
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("done: ")
+    assert last.endswith(f"nothing was trained, so the run folder {tmp_path / 'r'} is removed")
+
+    # A file of the user's in it: the folder stays.
+    monkeypatch.setattr(launch, "select_trainer", _stopped_during_boot("notes.txt"))
+    kept = train("pendulum", overrides=[*_RUN, f"runs_root={tmp_path}"])
+    assert (kept.run_dir / "notes.txt").is_file() and RunLayout(kept.run_dir).config.is_file()
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"; run folder {kept.run_dir}")
+
+
+@pytest.mark.slow
+def test_a_resume_stopped_during_boot_keeps_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed run stopped during boot keeps its folder, whatever it holds."""
+    budget = "algo.trainer.num_learning_iterations"
+    first = train("pendulum", overrides=[*_RUN, f"runs_root={tmp_path}", f"{budget}=2"])
+    assert first.last_checkpoint is not None
+    monkeypatch.setattr(launch, "select_trainer", _stopped_during_boot())
+    resumed = train("pendulum", overrides=[f"resume={first.run_dir}", f"{budget}=4"])
+    assert resumed.run_dir == first.run_dir and first.last_checkpoint.is_file()

@@ -39,7 +39,8 @@ class TrainResult:
     """How a run ended, and where its files are."""
 
     run_dir: Path
-    """The run folder (``config.yaml``, ``logs/``, ``checkpoints/``, TensorBoard events)."""
+    """The run folder (``config.yaml``, ``logs/``, ``checkpoints/``, TensorBoard events); gone when a new
+    run was stopped during start-up (``stopped_during_boot``: nothing was trained)."""
     last_checkpoint: Path | None
     """The last checkpoint written (what ``trainer eval`` and ``resume=`` take); None when none."""
     metrics: dict[str, float]

@@ -240,7 +240,7 @@ def _run_logged(
     from fastsac_trainer.cluster import HostLostError
     from fastsac_trainer.console import STOP_SIGNALS, ConsoleLogHandler, FanOut, StopRequest
     from fastsac_trainer.loggers import open_loggers
-    from fastsac_trainer.run_dir import latest_checkpoint
+    from fastsac_trainer.run_dir import latest_checkpoint, remove_untrained_run
     from fastsac_trainer.seeds import seed_group
 
     handler = ConsoleLogHandler(console)
@@ -304,7 +304,14 @@ def _run_logged(
         )
     if failure is not None:
         return final_line(f"error: {failure.line()}", sys.stderr, EXIT_FAILED)
-    return final_line(f"done: {summary(result, stop.reason)}; run folder {plan.run.run_dir}", sys.stdout, 0)
+    where = f"run folder {plan.run.run_dir}"
+    # A new run stopped during start-up trained nothing: its folder goes unless it holds more than the
+    # start-up wrote. The parent's log is still open; its last line goes to the removed file.
+    new = plan.run.resume_from is None and plan.hosts is None
+    never_trained = getattr(result, "stop_reason", None) == "stopped_during_boot"
+    if new and never_trained and remove_untrained_run(plan.run.run_dir):
+        where = f"nothing was trained, so the run folder {plan.run.run_dir} is removed"
+    return final_line(f"done: {summary(result, stop.reason)}; {where}", sys.stdout, 0)
 
 
 def _saved_config(run_dir: Path) -> dict[str, Any]:

@@ -18,6 +18,7 @@ __all__ = [
     "create_run_dir",
     "default_run_name",
     "latest_checkpoint",
+    "remove_untrained_run",
     "resolve_resume",
 ]
 
@@ -112,6 +113,28 @@ def _taken(run_name: str, run_dir: Path) -> str:
         f"run_name={run_name!r} is invalid: {run_dir} is not empty; choose another run_name, "
         "or leave it unset for a new <task>-<time> folder"
     )
+
+
+def remove_untrained_run(run_dir: Path) -> bool:
+    """Remove the folder of a new run that never trained, if it holds only what a run writes before training.
+
+    The caller knows that nothing was trained (a stop during start-up) and that the folder is this run's
+    own (never a resumed run's). Only a folder whose every file is one of
+    :meth:`~fastsac_async.RunLayout.written_before_training` (config, overrides, logs, TensorBoard's
+    event files) is removed; anything else in it (a checkpoint, an error log, a file of the user's, a
+    link) keeps it whole.
+
+    Returns:
+        Whether the folder was removed.
+    """
+    import shutil
+
+    layout = RunLayout(run_dir)
+    for path in run_dir.rglob("*"):
+        if path.is_symlink() or not (path.is_dir() or layout.written_before_training(path)):
+            return False
+    shutil.rmtree(run_dir)
+    return True
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

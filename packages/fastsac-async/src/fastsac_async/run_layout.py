@@ -165,6 +165,19 @@ class RunLayout:
         """The sub-folders a run folder is made with: ``logs/``, ``async_errors/``, ``checkpoints/``."""
         return (self.logs, self.errors, self.checkpoints)
 
+    def written_before_training(self, path: Path) -> bool:
+        """Whether the file ``path`` is one a run writes before it trains, and nothing else needs.
+
+        ``config.yaml``, ``overrides.txt``, the logs, TensorBoard's event files and the rendezvous: a
+        folder that holds only these (and :attr:`folders`) keeps nothing of a run that never trained.
+        Checkpoints, replay files, error logs, videos and W&B's files are not.
+        """
+        return (
+            path in (self.config, self.overrides, self.rendezvous)
+            or (path.parent == self.logs and path.suffix == ".log")
+            or (path.parent == self.events and path.name.startswith("events.out.tfevents."))
+        )
+
 
 def checkpoint_step(path: Path) -> int | None:
     """The global step of a checkpoint named by :meth:`RunLayout.checkpoint`, or None for any other file.
