@@ -226,6 +226,32 @@ def test_a_stopped_and_resumed_run_ends_bit_identical_to_one_that_never_stopped(
     assert _differ(RunLayout(tmp_path / "whole").replay(0), replay, "replay", "gstep") == []
 
 
+def test_a_resume_after_a_lost_replay_write_uses_the_last_complete_file_and_says_how_old(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replay older than the checkpoint (a newer write was killed) comes back, named with its age, cut."""
+    import shutil
+
+    from fastsac_trainer.launch import resume_line
+
+    first = run_sync(make_plan(tmp_path, num_iterations=3), RecordingReporter())
+    replay = RunLayout(tmp_path).replay(0)
+    shutil.copy(replay, tmp_path / "kept.pt")
+    second_plan = make_plan(tmp_path, num_iterations=5, resume_from=first.last_checkpoint)
+    second = run_sync(second_plan, RecordingReporter())
+    # The write of iteration 5 was killed: its partial file lies beside the complete one of iteration 3.
+    shutil.copy(tmp_path / "kept.pt", replay)
+    (replay.parent / f".{replay.name}.x1y2.tmp").write_bytes(b"torn")
+    plan = make_plan(tmp_path, num_iterations=7, resume_from=second.last_checkpoint)
+    line = resume_line(plan, 5)
+    assert line.startswith(f"resuming from {second.last_checkpoint} (iteration 5); replay buffer of 12 ")
+    assert "transitions from iteration 3, 2 iterations before the checkpoint, written " in line
+    with caplog.at_level("INFO", logger="fastsac_trainer.sync_trainer"):
+        third = run_sync(plan, RecordingReporter())
+    assert "12 transitions of iteration 3; the episodes restart" in caplog.text
+    assert third.iterations == 7 and peek_replay(replay).transitions == 12 + 2 * 4
+
+
 def test_without_save_replay_no_replay_is_written_and_a_resume_starts_empty(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
