@@ -44,6 +44,7 @@ from torch import Tensor
 
 from fastsac_async import StopReason
 from fastsac_core import (
+    F32,
     BatchedEnv,
     CheckpointError,
     FastSACAgent,
@@ -57,7 +58,6 @@ from fastsac_core import (
     step_transition,
     updates_due,
 )
-from fastsac_core.env import F32
 from fastsac_trainer._episode_stats import EpisodeStats
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse

@@ -32,7 +32,7 @@ from ._replay_file import ReplayFileInfo, ReplaySaver, load_replay, peek_replay,
 from ._schedule import learning_started, updates_due
 from ._schema import policy_extra_fields, step_transition, transition_fields
 from .config import FastSACConfig, batch_choices, batch_per_env
-from .env import BatchedEnv, EnvDims, EnvFactory, ResumableEnv, StepResult
+from .env import F32, BatchedEnv, EnvDims, EnvFactory, ResumableEnv, StepResult
 from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
 
 __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
@@ -40,6 +40,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "BatchedEnv",
     "EnvDims",
     "EnvFactory",
+    "F32",
     "FastSACConfig",
     "ResumableEnv",
     "StepResult",

@@ -16,9 +16,10 @@ import numpy.typing as npt
 
 from .exceptions import ConfigError
 
-__all__ = ["BatchedEnv", "EnvDims", "EnvFactory", "ResumableEnv", "StepResult"]
+__all__ = ["F32", "BatchedEnv", "EnvDims", "EnvFactory", "ResumableEnv", "StepResult"]
 
 F32 = npt.NDArray[np.float32]
+"""A float32 numpy array: the observations, rewards and actions the protocol passes."""
 Bool = npt.NDArray[np.bool_]
 
 
