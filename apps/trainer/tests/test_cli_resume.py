@@ -21,14 +21,34 @@ def _train(args: list[str]) -> None:
     assert info.value.code == 0
 
 
+def test_one_launch_settings_are_never_saved() -> None:
+    """time_limit_s, stop_grace_s, checkpoint_signal and console stay with their launch, also on a resume."""
+    from fastsac_trainer.arguments import composed, one_launch_settings
+
+    launch = ["algo.trainer.time_limit_s=8", "algo.trainer.stop_grace_s=20", "console=rich"]
+    first = composed([*SYNC_TINY, *launch, "algo.trainer.checkpoint_signal=SIGUSR2"])
+    assert first.run.config["algo"]["trainer"]["time_limit_s"] == 8, "it applies to its own launch"
+    assert not one_launch_settings(first.settings), first.settings
+    assert one_launch_settings(["algo.agent.gamma=0.9", *launch]) == launch
+
+
 @pytest.mark.slow
-def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
-    """A second resume= starts from the merged overrides of the first: task, sizes and gamma stay."""
+def test_two_resumes_in_a_row_keep_the_runs_settings(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A second resume= starts from the merged overrides of the first: task, sizes, gamma, not time limits."""
     run_dir = tmp_path / "runs" / "r"
     _train(
         [*SYNC_TINY, "algo.trainer.num_learning_iterations=4", f"runs_root={run_dir.parent}", "run_name=r"]
     )
-    _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6", "algo.agent.gamma=0.9"])
+    first = [f"resume={run_dir}", "algo.trainer.num_learning_iterations=6", "algo.agent.gamma=0.9"]
+    _train([*first, "algo.trainer.time_limit_s=600"])
+    out = capfd.readouterr().out
+    assert "(iteration 4); replay buffer of 8 transitions from iteration 4, written " in out, out
+    assert out.rstrip().count("; this launch only: algo.trainer.time_limit_s=600") == 1, out
+    # A run saved before issue #30 kept its launch's time limit in overrides.txt: it is ignored.
+    with RunLayout(run_dir).overrides.open("a") as saved:
+        saved.write("algo.trainer.time_limit_s=0.001\n")
     _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=8"])
 
     assert peek_checkpoint(RunLayout(run_dir).checkpoint(8))["extra"]["iteration"] == 8
@@ -40,6 +60,8 @@ def test_two_resumes_in_a_row_keep_the_runs_settings(tmp_path: Path) -> None:
     assert len(keys) == len(set(keys)), f"one entry per key: {lines}"
     assert "algo.trainer.num_learning_iterations=8" in lines and "algo.agent.gamma=0.9" in lines
     assert not [line for line in lines if line.startswith(("resume=", "run_name="))], lines
+    assert not [line for line in lines if "time_limit_s" in line], lines
+    assert saved.algo.trainer.time_limit_s is None, "the second resume ran to its budget, without a limit"
 
 
 def test_an_env_count_moved_for_this_machine_is_saved_for_the_resume() -> None:

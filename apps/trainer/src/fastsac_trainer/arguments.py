@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["Composed", "composed", "help_text", "overrides_only"]
+__all__ = ["Composed", "composed", "help_text", "one_launch_settings", "overrides_only"]
 
 
 def help_text() -> str:
@@ -113,8 +113,24 @@ class Composed(NamedTuple):
     """The run's overrides to save in ``overrides.txt``: merged, one per key, without resume=/run_name=."""
 
 
-_NOT_SAVED = ("resume=", "run_name=")
-"""Overrides that name where a run goes, not what it is: a resume must not inherit them."""
+_ONE_LAUNCH = (
+    "algo.trainer.time_limit_s=",
+    "algo.trainer.stop_grace_s=",
+    "algo.trainer.checkpoint_signal=",
+    "console=",
+)
+"""Settings of one launch (how long this launch may train, how this job manager stops it, this terminal):
+they apply to the launch that sets them, are never saved, and are ignored in a run's older
+``overrides.txt`` (saved there before issue #30)."""
+
+_NOT_SAVED = ("resume=", "run_name=", *_ONE_LAUNCH)
+"""Overrides that name where a run goes or how one launch runs, not what the run is: a resume must
+not inherit them."""
+
+
+def one_launch_settings(overrides: list[str]) -> list[str]:
+    """The one-launch settings among ``overrides`` (``algo.trainer.time_limit_s=8``, ``console=plain``...)."""
+    return [o for o in overrides if o.lstrip("+").startswith(_ONE_LAUNCH)]
 
 
 def composed(overrides: list[str]) -> Composed:
@@ -135,14 +151,14 @@ def composed(overrides: list[str]) -> Composed:
         if saved is not None and saved.is_file():
             # The resumed run starts from the run's saved (merged) overrides; new ones win.
             lines = saved.read_text(encoding="utf-8").splitlines()
-            kept = [o for o in lines if o and not o.startswith(_NOT_SAVED)]
+            kept = [o for o in lines if o and not o.lstrip("+").startswith(_NOT_SAVED)]
             overrides = merge_overrides(kept, overrides)
             composed = compose_config(overrides)
     cfg: dict[str, Any] = OmegaConf.to_container(composed, resolve=True)  # type: ignore[assignment]
     composed_envs = cfg["task"]["num_envs"]
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     run = resolve_run(cfg, explicit=explicit_keys(overrides), cuda_count=cuda_count)
-    settings = [o for o in merge_overrides(overrides) if not o.startswith(_NOT_SAVED)]
+    settings = [o for o in merge_overrides(overrides) if not o.lstrip("+").startswith(_NOT_SAVED)]
     if run.num_envs != composed_envs:
         # Sizing to this machine (or the CPU profile) moved it: a resume elsewhere keeps the replay's count.
         settings = merge_overrides(settings, [f"task.num_envs={run.num_envs}"])

@@ -124,13 +124,19 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
     return int(info["extra"].get("iteration", 0))
 
 
-def resume_line(plan: Any, resumed_at: int) -> str:
-    """The line a resume prints: the checkpoint, its iteration, and the replay buffer it restores.
+def resume_line(plan: Any, resumed_at: int, one_launch: list[str] | None = None) -> str:
+    """The line a resume prints: the checkpoint, its iteration, the replay it restores, ``one_launch``.
 
-    It reads the replay files this host's learners will restore (``TrainingRun.replay_to_resume``,
-    without their data) and says how old they are: their iteration against the checkpoint's, and
-    when they were written. A missing or unreadable one is named: that learner starts empty.
+    ``one_launch`` are the settings of this launch only (never saved with the run). The replay part
+    reads the files this host's learners will restore (``TrainingRun.replay_to_resume``, without
+    their data) and says how old they are: their iteration against the checkpoint's, and when they
+    were written. A missing or unreadable one is named: that learner starts empty.
     """
+    line = _restored(plan, resumed_at)
+    return f"{line}; this launch only: {' '.join(one_launch)}" if one_launch else line
+
+
+def _restored(plan: Any, resumed_at: int) -> str:
     import time
 
     from fastsac_core import CheckpointError, peek_replay

@@ -109,7 +109,7 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     from omegaconf import OmegaConf
 
     from fastsac_async import RunLayout
-    from fastsac_trainer.arguments import composed
+    from fastsac_trainer.arguments import composed, one_launch_settings
     from fastsac_trainer.config.placement import describe_placement, resolve_placement
     from fastsac_trainer.launch import (
         check_resumable,
@@ -163,6 +163,6 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
         out.write(f"{rendering}\n")
     out.write(f"run folder: {run_dir}\n")
     if resume_from is not None and resumed_at is not None:
-        out.write(f"{resume_line(plan, resumed_at)}\n")
+        out.write(f"{resume_line(plan, resumed_at, one_launch_settings(overrides))}\n")
     out.flush()
     return run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)
