@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +58,24 @@ def test_export_matches_the_checkpoint_policy(
     assert np.abs(raw - expected).max() > 1e-3
     sidecar = (tmp_path / "policy.onnx.json").read_text()
     assert '"obs_dim": 4' in sidecar and '"normalizer_folded": true' in sidecar
+
+
+def test_the_sidecar_names_the_task_and_env(run_dir: Path, tmp_path: Path) -> None:
+    """The ONNX sidecar names the run's task and env (its config.yaml); a checkpoint of no run names none."""
+    out = tmp_path / "policy.onnx"
+    assert export_main([f"checkpoint={run_dir}", f"out={out}"]) == 0
+    spec = get_task("pendulum")
+    assert json.loads((tmp_path / "policy.onnx.json").read_text())["task"] == {
+        "name": "pendulum",
+        "env_id": spec.env_id,
+        "env_factory": None,
+        "env_kwargs": None,
+        "env_import": None,
+        "max_episode_steps": spec.max_episode_steps,
+    }
+    loose = shutil.copy(RunLayout(run_dir).checkpoint(7), tmp_path / "loose.pt")
+    assert export_main([f"checkpoint={loose}"]) == 0
+    assert json.loads((tmp_path / "loose.onnx.json").read_text())["task"] is None
 
 
 def test_eval_prints_the_mean_return(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ from matplotlib.collections import PolyCollection
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastsac_trainer.config.exceptions import TrainerAppError
-from fastsac_trainer.plot import curves, draw_runs, plot_runs
+from fastsac_trainer.plot import curves, draw_runs, plot_main, plot_runs
 from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.seeds import seed_group, seed_runs
 from fastsac_trainer.tensorboard import TensorBoardReporter
@@ -79,6 +79,21 @@ def test_plot_overlays_runs_with_their_event_values(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainerAppError, match="has no rollout/mean_return yet"):
         plot_runs([tmp_path / "empty"], tmp_path / "q.png")
+
+
+def test_plot_without_out_writes_into_the_first_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without out=, the image goes into the first run folder (not the current one); the line says where."""
+    _write_run(tmp_path / "a", [8, 16], [1.0, 2.0])
+    _write_run(tmp_path / "b", [8, 16], [3.0, 4.0])
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert plot_main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    image = tmp_path / "a" / "returns.png"
+    assert iio.imread(image).std() > 0 and list(elsewhere.iterdir()) == []
+    assert capsys.readouterr().out == f"wrote {image} (2 run(s))\n"
 
 
 def _linear_seeds(root: Path, name: str, spans: dict[int, tuple[int, int]]) -> list[Path]:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fastsac_async import RunLayout
 from fastsac_core import InferencePolicy
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.evaluate import load_policy, parse_kv
@@ -28,6 +29,8 @@ INPUT_NAME = "obs"
 """Name of the ONNX input: raw observations, float32 ``(batch, obs_dim)``."""
 OUTPUT_NAME = "actions"
 """Name of the ONNX output: actions within the bounds, float32 ``(batch, act_dim)``."""
+_TASK_KEYS = ("name", "env_id", "env_factory", "env_kwargs", "env_import", "max_episode_steps")
+"""The settings of the run's ``task`` node the sidecar records: which task and env the policy acts in."""
 
 
 class DeployedPolicy(nn.Module):
@@ -58,8 +61,10 @@ class DeployedPolicy(nn.Module):
         return actions
 
 
-def export_onnx(policy: InferencePolicy, out: Path, meta: dict[str, Any]) -> tuple[Path, Path]:
-    """Write ``out`` (ONNX, dynamic batch) and ``out.json`` (sidecar); returns both paths."""
+def export_onnx(
+    policy: InferencePolicy, out: Path, meta: dict[str, Any], task: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
+    """Write ``out`` (ONNX, dynamic batch) and ``out.json`` (sidecar, naming ``task``); returns both paths."""
     module = DeployedPolicy(policy).cpu().eval()
     dims = meta["dims"]
     example = torch.zeros(2, dims["obs_dim"])
@@ -90,6 +95,7 @@ def export_onnx(policy: InferencePolicy, out: Path, meta: dict[str, Any]) -> tup
                 "action_high": list(dims["action_high"]),
                 "normalizer_folded": True,
                 "deterministic": True,
+                "task": task,
                 "counters": {k: int(v) for k, v in meta["counters"].items()},
                 "extra": {k: v for k, v in meta["extra"].items() if isinstance(v, (int, float, str))},
             },
@@ -99,6 +105,19 @@ def export_onnx(policy: InferencePolicy, out: Path, meta: dict[str, Any]) -> tup
         encoding="utf-8",
     )
     return out, sidecar
+
+
+def _trained_task(run_dir: Path | None) -> dict[str, Any] | None:
+    """The task and env of the run in ``run_dir`` (its ``config.yaml``); None for a checkpoint of no run."""
+    if run_dir is None or not RunLayout(run_dir).config.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        config: Any = OmegaConf.to_container(OmegaConf.load(RunLayout(run_dir).config), resolve=True)
+        return {key: config["task"].get(key) for key in _TASK_KEYS}
+    except Exception:  # a config.yaml edited out of shape: the sidecar names no task rather than failing
+        return None
 
 
 def export_main(args: list[str]) -> int:
@@ -117,9 +136,9 @@ def export_main(args: list[str]) -> int:
     fmt = options.get("format", "onnx")
     if fmt != "onnx":
         raise TrainerAppError(f"format={fmt!r} is invalid: use format=onnx")
-    checkpoint, _ = resolve_resume(options["checkpoint"], "checkpoint")
+    checkpoint, run_dir = resolve_resume(options["checkpoint"], "checkpoint")
     out = Path(options["out"]) if "out" in options else checkpoint.with_suffix(".onnx")
     policy, meta = load_policy(checkpoint)
-    model, sidecar = export_onnx(policy, out, meta)
+    model, sidecar = export_onnx(policy, out, meta, _trained_task(run_dir))
     sys.stdout.write(f"exported {checkpoint} -> {model} (+ {sidecar.name})\n")
     return 0

@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 RETURN_TAGS = ("rollout/mean_return", "eval/return")
+DEFAULT_OUT = "returns.png"
+"""The image's name without ``out=``: in the (first) run folder, never the current folder."""
 """The scalars plotted, one row each (a tag no run has is left out)."""
 AXES = ("wall_s", "env_steps")
 """The x axes: seconds since the run's first point, and env steps (the event step)."""
@@ -220,7 +222,7 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
 
 
 def plot_main(args: list[str]) -> int:
-    """``trainer plot <run> [<run> ...] [out=FILE]`` (default ``out=returns.png``)."""
+    """``trainer plot <run> [<run> ...] [out=FILE]`` (default: ``returns.png`` in the first run folder)."""
     runs = [Path(a) for a in args if "=" not in a]
     options = dict(a.partition("=")[::2] for a in args if "=" in a)
     unknown = sorted(set(options) - {"out"})
@@ -235,6 +237,6 @@ def plot_main(args: list[str]) -> int:
             raise TrainerAppError(
                 f"run={str(run)!r} is invalid: no such folder; name a run folder (runs/<run>)"
             )
-    out = plot_runs(runs, Path(options.get("out", "returns.png")))
+    out = plot_runs(runs, Path(options["out"]) if "out" in options else runs[0] / DEFAULT_OUT)
     sys.stdout.write(f"wrote {out} ({len(runs)} run(s))\n")
     return 0
