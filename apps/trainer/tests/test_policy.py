@@ -96,7 +96,7 @@ def test_a_stochastic_policy_samples(run_dir: Path) -> None:
     ("target", "kwargs", "message"),
     [
         ("{run}/nonexistent", {}, "checkpoint='{run}/nonexistent' is invalid: no such file or folder"),
-        ("{run}/config.yaml", {}, "is invalid: it is not a checkpoint"),
+        ("{run}/config.yaml", {}, "checkpoint='{run}/config.yaml' is invalid: "),
         ("{run}", {"device": "tpu"}, "device='tpu' is invalid: use cpu, cuda or cuda:N"),
         ("{run}", {"device": "cuda:64"}, "device='cuda:64' is invalid: "),
     ],
