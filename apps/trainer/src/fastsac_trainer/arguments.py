@@ -15,20 +15,19 @@ __all__ = ["Composed", "composed", "help_text", "one_launch_settings", "override
 
 def help_text() -> str:
     """The text of ``trainer --help``."""
-    from fastsac_trainer.config.store import DEFAULT_TASK
-    from fastsac_trainer.tasks import GYM_TASK, TASKS
+    from fastsac_trainer.commands import COMMANDS
+    from fastsac_trainer.tasks import DEFAULT_TASK, GYM_TASK, TASKS
 
     marks = {DEFAULT_TASK: " (default)"}
     tasks = "\n".join(
         f"  {spec.name:<12} {spec.description} [{spec.num_envs} envs]{marks.get(spec.name, '')}"
         for spec in (*TASKS.values(), GYM_TASK)
     )
+    commands = "".join(f"       {c.short_usage():<44}{c.brief}\n" for c in COMMANDS.values())
     return f"""usage: trainer [task=NAME] [key=value ...]        train (hydra overrides)
        trainer --cfg job [key=value ...]           print the resolved config and exit
-       trainer eval checkpoint=PATH [episodes=N] [video=true]   run the deterministic policy, print
-                                                   the mean return (video: an MP4 of one episode)
-       trainer export checkpoint=PATH [format=onnx] [out=FILE]   write the policy for deployment
-       trainer plot RUN [RUN ...] [out=FILE]       PNG of the runs' returns (seeds: mean and spread)
+{commands}       trainer COMMAND --help                      a command's arguments and examples
+       trainer --version                           the installed version
 
 Asynchronous FastSAC: collector processes step MuJoCo envs on CPUs while learner processes
 update on GPUs (or the CPU). Runs go to runs/<run>/ (config.yaml, logs/, async_errors/,

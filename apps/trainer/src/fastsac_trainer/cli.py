@@ -1,7 +1,10 @@
 """Command line entry point of the trainer: ``uv run trainer [task=NAME] [key=value ...]``.
 
 Subcommands are dispatched on the first argument before hydra sees anything: ``trainer eval ...``,
-``trainer export ...``, ``trainer plot ...``, ``--help``. Everything else is a training run (one per
+``trainer export ...``, ``trainer plot ...`` (each with ``--help``, from ``fastsac_trainer.commands``),
+``--help``, ``--version``; a first word that is none of them nor an override is refused with the
+nearest command. These quick paths import neither torch nor hydra (every package's ``__init__`` loads
+its names on first use). Everything else is a training run (one per
 seed of ``seed=a,b,...``), run by ``fastsac_trainer.training``: compose and validate the config,
 create the run folder, print the placement, then run the synchronous or asynchronous trainer with
 the console and the loggers (TensorBoard, W&B) as reporters. A user's mistake exits with code 2
@@ -76,14 +79,26 @@ def _guarded_output() -> Iterator[None]:
 
 def _dispatch(args: list[str]) -> int:
     from fastsac_trainer.arguments import help_text, overrides_only
-    from fastsac_trainer.loggers import quote_logger_list
+    from fastsac_trainer.commands import COMMANDS, HELP_FLAGS, command_help, unknown_command
 
-    args = quote_logger_list(args)
-
-    if args and args[0] in ("-h", "--help", "help"):
-        sys.stdout.write(help_text())
+    first = args[0] if args else ""
+    if first in (*HELP_FLAGS, "help"):
+        topic = args[1] if first == "help" and len(args) > 1 else None
+        if topic is not None and topic not in COMMANDS:
+            raise unknown_command(topic)
+        sys.stdout.write(help_text() if topic is None else command_help(topic))
         return 0
-    if args and args[0] == "eval":
+    if first in ("-V", "--version"):
+        from importlib.metadata import version
+
+        sys.stdout.write(f"trainer (fastsac-trainer) {version('fastsac-trainer')}\n")
+        return 0
+    if first in COMMANDS and any(a in HELP_FLAGS for a in args[1:]):
+        sys.stdout.write(command_help(first))
+        return 0
+    if first and not first.startswith(("-", "+", "~")) and "=" not in first and first not in COMMANDS:
+        raise unknown_command(first)  # a key=value override, a flag, or a command: nothing else starts a line
+    if first == "eval":
         if "video=true" in (a.lower() for a in args[1:]):
             from fastsac_trainer.rendering import select_gl
 
@@ -91,17 +106,20 @@ def _dispatch(args: list[str]) -> int:
         from fastsac_trainer.evaluate import eval_main
 
         return eval_main(args[1:])
-    if args and args[0] == "plot":
+    if first == "plot":
         from fastsac_trainer.plot import plot_main
 
         return plot_main(args[1:])
-    if args and args[0] == "export":
+    if first == "export":
         from fastsac_trainer.export import export_main
 
         return export_main(args[1:])
-    if "--help" in args or "-h" in args:
+    if any(a in HELP_FLAGS for a in args):
         sys.stdout.write(help_text())
         return 0
+    from fastsac_trainer.loggers import quote_logger_list
+
+    args = quote_logger_list(args)
     if "--cfg" in args:
         at = args.index("--cfg")
         what = args[at + 1] if at + 1 < len(args) else ""

@@ -29,44 +29,12 @@ from fastsac_core import (
     evaluate_policy,
     peek_checkpoint,
 )
+from fastsac_trainer.commands import EVAL, parse, parse_int
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.run_dir import resolve_resume
-from fastsac_trainer.tasks import TaskError, env_factory_for, get_task
+from fastsac_trainer.tasks import TaskError, env_factory_for, get_task, probe_dims
 
-__all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "parse_int", "parse_kv", "wants_video"]
-
-
-def parse_kv(args: list[str], allowed: dict[str, str], command: str) -> dict[str, str]:
-    """``key=value`` arguments of a subcommand; ``allowed`` maps each key to its help.
-
-    Raises:
-        TrainerAppError: An argument is not ``key=value`` or names an unknown key.
-    """
-    values: dict[str, str] = {}
-    for arg in args:
-        key, eq, value = arg.partition("=")
-        if not eq or not key:
-            raise TrainerAppError(f"malformed argument {arg!r} for `trainer {command}`; write key=value")
-        if key not in allowed:
-            known = ", ".join(f"{k} ({h})" for k, h in allowed.items())
-            raise TrainerAppError(f"{key}={value!r} is not an option of `trainer {command}`; use {known}")
-        values[key] = value
-    return values
-
-
-def parse_int(setting: str, value: str, minimum: int) -> int:
-    """``value`` as an int of at least ``minimum``.
-
-    Raises:
-        TrainerAppError: It is not an integer, or it is below ``minimum``.
-    """
-    try:
-        number = int(value)
-    except ValueError:
-        number = minimum - 1
-    if number < minimum:
-        raise TrainerAppError(f"{setting}={value!r} is invalid: use an integer of at least {minimum}")
-    return number
+__all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "wants_video"]
 
 
 def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy, dict[str, Any]]:
@@ -94,21 +62,52 @@ def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy,
     return policy, meta
 
 
-def _env_factory(run_dir: Path | None, task: str | None, checkpoint: Path) -> EnvFactory:
-    """The env of ``task`` (registry), or else of the run folder's saved config."""
+def _env_factory(
+    run_dir: Path | None, task: str | None, checkpoint: Path, dims: dict[str, Any]
+) -> EnvFactory:
+    """The env of ``task`` (registry), or else of the run folder's saved config, once it fits the policy.
+
+    One env is made to read its sizes, so an env that cannot be made (a module no longer on the path)
+    or one of other sizes than the checkpoint's is one line before any episode runs.
+
+    Raises:
+        TrainerAppError: No env to run, it cannot be made, or its sizes differ from the checkpoint's.
+    """
     saved = None if run_dir is None else RunLayout(run_dir).config
+    trained = None
     try:
+        if saved is not None and saved.is_file():
+            cfg: Any = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+            trained = cfg["task"]["name"]
         if task is not None:
-            return get_task(task).env_factory()
-        if saved is None or not saved.is_file():
+            factory: EnvFactory = get_task(task).env_factory()
+        elif trained is None:
             raise TrainerAppError(
-                f"checkpoint {str(checkpoint)!r} is not in a run folder with a {RunLayout(Path()).config}; "
+                f"checkpoint={str(checkpoint)!r} is not in a run folder with a {RunLayout(Path()).config}; "
                 "pass task=NAME to say which env"
             )
-        cfg: Any = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
-        return env_factory_for(cfg["task"])
+        else:
+            factory = env_factory_for(cfg["task"])
+        seen = probe_dims(factory)
     except TaskError as error:
         raise TrainerAppError(str(error)) from None
+    if (seen.obs_dim, seen.act_dim) != (dims["obs_dim"], dims["act_dim"]):
+        sizes = (
+            f"its env has {seen.obs_dim} observations and {seen.act_dim} actions, the checkpoint's policy "
+            f"{dims['obs_dim']} and {dims['act_dim']}"
+        )
+        if task is None:
+            raise TrainerAppError(
+                f"checkpoint={str(checkpoint)!r} does not fit its run's task={trained}: {sizes}; "
+                "pass task=NAME, the task it was trained on"
+            )
+        fix = (
+            "pass the task it was trained on"
+            if trained is None
+            else f"leave task= out to run the task it was trained on (task={trained})"
+        )
+        raise TrainerAppError(f"task={task!r} is invalid for checkpoint={str(checkpoint)!r}: {sizes}; {fix}")
+    return factory
 
 
 def evaluate(policy: InferencePolicy, factory: EnvFactory, episodes: int, seed: int) -> EvalResult:
@@ -125,27 +124,12 @@ def evaluate(policy: InferencePolicy, factory: EnvFactory, episodes: int, seed: 
 
 def eval_main(args: list[str]) -> int:
     """``trainer eval checkpoint=PATH [episodes=N] [seed=S] [task=NAME] [device=cpu] [video=true]``."""
-    options = parse_kv(
-        args,
-        {
-            "checkpoint": "a checkpoint file or a run folder (its latest checkpoint)",
-            "episodes": "episodes to run, default 10",
-            "seed": "env seed, default 0",
-            "task": "task whose env to use, default the run's",
-            "device": "cpu or cuda[:N], default cpu",
-            "video": "true: also write an MP4 of one episode",
-            "video_out": f"the MP4 file, default {RunLayout(Path('<run>')).video('<checkpoint>')}",
-            "video_steps": "most steps in the video, default 1000",
-        },
-        "eval",
-    )
-    if "checkpoint" not in options:
-        raise TrainerAppError("checkpoint is missing: `trainer eval checkpoint=runs/<run> [episodes=N]`")
+    options = parse(args, EVAL).options
     checkpoint, run_dir = resolve_resume(options["checkpoint"], "checkpoint")
     episodes = parse_int("episodes", options.get("episodes", "10"), 1)
     seed = parse_int("seed", options.get("seed", "0"), 0)
-    policy, _ = load_policy(checkpoint, options.get("device", "cpu"))
-    factory = _env_factory(run_dir, options.get("task"), checkpoint)
+    policy, meta = load_policy(checkpoint, options.get("device", "cpu"))
+    factory = _env_factory(run_dir, options.get("task"), checkpoint, meta["dims"])
     result = evaluate(policy, factory, episodes, seed)
     sys.stdout.write(
         f"{getattr(factory, 'label', 'env')} {checkpoint}: mean return {result.mean_return:.2f} "

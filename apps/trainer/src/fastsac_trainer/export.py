@@ -9,6 +9,7 @@ input/output names, the task and the checkpoint's counters.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -19,8 +20,9 @@ from torch import Tensor, nn
 
 from fastsac_async import RunLayout
 from fastsac_core import InferencePolicy
+from fastsac_trainer.commands import EXPORT, parse
 from fastsac_trainer.config.exceptions import TrainerAppError
-from fastsac_trainer.evaluate import load_policy, parse_kv
+from fastsac_trainer.evaluate import load_policy
 from fastsac_trainer.run_dir import resolve_resume
 
 __all__ = ["DeployedPolicy", "export_main", "export_onnx"]
@@ -64,26 +66,47 @@ class DeployedPolicy(nn.Module):
 def export_onnx(
     policy: InferencePolicy, out: Path, meta: dict[str, Any], task: dict[str, Any] | None = None
 ) -> tuple[Path, Path]:
-    """Write ``out`` (ONNX, dynamic batch) and ``out.json`` (sidecar, naming ``task``); returns both paths."""
+    """Write ``out`` (ONNX, dynamic batch) and ``out.json`` (sidecar, naming ``task``); returns both paths.
+
+    Both are written into temporary files beside them first, then renamed: a write that fails leaves
+    neither behind.
+
+    Raises:
+        OSError: A file cannot be written there.
+    """
     module = DeployedPolicy(policy).cpu().eval()
     dims = meta["dims"]
     example = torch.zeros(2, dims["obs_dim"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        # The exporter warns about its own internals (version conversion, deprecations); the
-        # round-trip test is what proves the graph right.
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            (example,),
-            str(out),
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-            dynamo=False,
-        )
     sidecar = out.with_suffix(out.suffix + ".json")
-    sidecar.write_text(
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = [path.with_name(f".{path.name}.{os.getpid()}.tmp") for path in (out, sidecar)]
+    try:
+        with warnings.catch_warnings():
+            # The exporter warns about its own internals (version conversion, deprecations); the
+            # round-trip test is what proves the graph right.
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                (example,),
+                str(written[0]),
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                dynamo=False,
+            )
+        written[1].write_text(_sidecar_text(dims, meta, task), encoding="utf-8")
+        os.replace(written[1], sidecar)
+        os.replace(written[0], out)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return out, sidecar
+
+
+def _sidecar_text(dims: dict[str, Any], meta: dict[str, Any], task: dict[str, Any] | None) -> str:
+    """The JSON sidecar: what a deployment needs to feed the graph and read its actions."""
+    return (
         json.dumps(
             {
                 "format": "onnx",
@@ -101,10 +124,8 @@ def export_onnx(
             },
             indent=2,
         )
-        + "\n",
-        encoding="utf-8",
+        + "\n"
     )
-    return out, sidecar
 
 
 def _trained_task(run_dir: Path | None) -> dict[str, Any] | None:
@@ -122,23 +143,19 @@ def _trained_task(run_dir: Path | None) -> dict[str, Any] | None:
 
 def export_main(args: list[str]) -> int:
     """``trainer export checkpoint=PATH [format=onnx] [out=FILE]``."""
-    options = parse_kv(
-        args,
-        {
-            "checkpoint": "a checkpoint file or a run folder (its latest checkpoint)",
-            "format": "onnx (the only format)",
-            "out": "output file, default next to the checkpoint with .onnx",
-        },
-        "export",
-    )
-    if "checkpoint" not in options:
-        raise TrainerAppError("checkpoint is missing: `trainer export checkpoint=runs/<run> format=onnx`")
+    options = parse(args, EXPORT).options
     fmt = options.get("format", "onnx")
     if fmt != "onnx":
         raise TrainerAppError(f"format={fmt!r} is invalid: use format=onnx")
     checkpoint, run_dir = resolve_resume(options["checkpoint"], "checkpoint")
     out = Path(options["out"]) if "out" in options else checkpoint.with_suffix(".onnx")
     policy, meta = load_policy(checkpoint)
-    model, sidecar = export_onnx(policy, out, meta, _trained_task(run_dir))
+    try:
+        model, sidecar = export_onnx(policy, out, meta, _trained_task(run_dir))
+    except OSError as error:
+        raise TrainerAppError(
+            f"out={str(out)!r} is invalid: it cannot be written ({error.strerror or error}); choose a file "
+            "in a folder you can write, e.g. out=policy.onnx"
+        ) from None
     sys.stdout.write(f"exported {checkpoint} -> {model} (+ {sidecar.name})\n")
     return 0

@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib import rcParams
 from matplotlib.figure import Figure
 
+from fastsac_trainer.commands import PLOT, parse
 from fastsac_trainer.config.exceptions import TrainerAppError
 
 __all__ = [
@@ -215,23 +216,44 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
     Raises:
         TrainerAppError: No run has a return scalar yet.
     """
+    out = image_file(str(out))
     figure = draw_runs(run_dirs)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=100)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, dpi=100)
+    except OSError as error:
+        raise TrainerAppError(
+            f"out={str(out)!r} is invalid: it cannot be written ({error.strerror or error}); choose a file "
+            "in a folder you can write, e.g. out=returns.png"
+        ) from None
     return out
+
+
+def image_file(out: str) -> Path:
+    """``out=`` as the path of an image matplotlib writes (its format from the suffix; none: ``.png``).
+
+    Raises:
+        TrainerAppError: matplotlib writes no such format.
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(out)
+    if not path.suffix:
+        return path.with_suffix(".png")  # what savefig would write
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise TrainerAppError(
+            f"out={out!r} is invalid: matplotlib writes no {path.suffix} files; end it in .png, or one of "
+            f"{', '.join(f'.{f}' for f in sorted(formats))}"
+        )
+    return path
 
 
 def plot_main(args: list[str]) -> int:
     """``trainer plot <run> [<run> ...] [out=FILE]`` (default: ``returns.png`` in the first run folder)."""
-    runs = [Path(a) for a in args if "=" not in a]
-    options = dict(a.partition("=")[::2] for a in args if "=" in a)
-    unknown = sorted(set(options) - {"out"})
-    if unknown:
-        raise TrainerAppError(
-            f"{unknown[0]}={options[unknown[0]]!r} is not an option of `trainer plot`; use out=FILE.png"
-        )
-    if not runs:
-        raise TrainerAppError("no run folder given: `trainer plot runs/<run> [runs/<other> ...] [out=FILE]`")
+    parsed = parse(args, PLOT)
+    runs, options = [Path(a) for a in parsed.positional], parsed.options
+    image_file(options.get("out", DEFAULT_OUT))  # before the events are read
     for run in runs:
         if not run.is_dir():
             raise TrainerAppError(

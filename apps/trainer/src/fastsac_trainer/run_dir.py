@@ -5,8 +5,12 @@ The names inside a run folder are ``fastsac_async.run_layout.RunLayout``'s (see 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import time
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from fastsac_async import RunLayout, checkpoint_step
@@ -14,6 +18,7 @@ from fastsac_core import discard_partial_checkpoints
 from fastsac_trainer.config.exceptions import TrainerAppError
 
 __all__ = [
+    "check_run_name",
     "create_default_run_dir",
     "create_run_dir",
     "default_run_name",
@@ -21,6 +26,28 @@ __all__ = [
     "remove_untrained_run",
     "resolve_resume",
 ]
+
+
+def check_run_name(name: str, runs_root: str = "runs") -> str:
+    """``name`` once it is one plain folder name, so that the run folder is a child of ``runs_root``.
+
+    Raises:
+        TrainerAppError: It is empty, ``.`` or ``..``, or it holds a path separator: the run folder
+            would be ``runs_root`` itself, or outside it.
+    """
+    if not name:
+        raise TrainerAppError(
+            "run_name='' is invalid: it is empty; give a folder name, or leave run_name out for a new "
+            "<task>-<time> folder"
+        )
+    if name in (".", "..") or any(sep in name for sep in ("/", "\0", os.sep, os.altsep) if sep):
+        where = Path(os.path.normpath(Path(runs_root, name)))
+        example = f" (here runs_root={where.parent} run_name={where.name})" if where.name else ""
+        raise TrainerAppError(
+            f"run_name={name!r} is invalid: a run name is one folder name inside runs_root, with no '/' and "
+            f"not '.' or '..'; to put a run elsewhere set runs_root=DIR run_name=NAME{example}"
+        )
+    return name
 
 
 def default_run_name(task: str, now: float | None = None) -> str:
@@ -47,20 +74,22 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
 
     Raises:
         TrainerAppError: The folder holds something already (another run) and this is not a resume
-            into it.
+            into it, or it cannot be created or written there.
     """
     run_dir = runs_root / run_name
     if resuming:
-        _make_layout(run_dir)
-        # A run killed while it wrote a checkpoint leaves that write's temporary file (never read as a
-        # checkpoint): the resumed run owns the folder, so no other writer can be using one.
-        discard_partial_checkpoints(RunLayout(run_dir).checkpoints)
-        RunLayout(run_dir).config.write_text(config_yaml, encoding="utf-8")
+        with _writing(runs_root, run_dir, resuming=True):
+            _make_layout(run_dir)
+            # A run killed while it wrote a checkpoint leaves that write's temporary file (never read as a
+            # checkpoint): the resumed run owns the folder, so no other writer can be using one.
+            discard_partial_checkpoints(RunLayout(run_dir).checkpoints)
+            RunLayout(run_dir).config.write_text(config_yaml, encoding="utf-8")
         return run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml):
-        raise TrainerAppError(_taken(run_name, run_dir))
-    _make_layout(run_dir)
+    with _writing(runs_root, run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml):
+            raise TrainerAppError(_taken(run_name, run_dir))
+        _make_layout(run_dir)
     return run_dir
 
 
@@ -72,18 +101,52 @@ def create_default_run_dir(runs_root: Path, task: str, config_yaml: str, *, now:
 
     Returns:
         The run folder, with its sub-folders and ``config.yaml``.
+
+    Raises:
+        TrainerAppError: ``runs_root`` is a file, or no folder can be created in it.
     """
     base = default_run_name(task, now)
     for count in itertools.count(1):
         run_dir = runs_root / (base if count == 1 else f"{base}-{count}")
-        try:
-            run_dir.mkdir(parents=True)
-        except FileExistsError:
-            continue
-        if _claim(run_dir, config_yaml):
-            break
-    _make_layout(run_dir)
+        with _writing(runs_root, run_dir):
+            try:
+                run_dir.mkdir(parents=True)
+            except FileExistsError:
+                continue
+            if _claim(run_dir, config_yaml):
+                break
+    with _writing(runs_root, run_dir):
+        _make_layout(run_dir)
     return run_dir
+
+
+@contextlib.contextmanager
+def _writing(runs_root: Path, run_dir: Path, *, resuming: bool = False) -> Iterator[None]:
+    """An ``OSError`` of creating or writing ``run_dir`` as one line naming the setting to change.
+
+    Raises:
+        TrainerAppError: What failed, and the setting that chose the folder.
+    """
+    try:
+        yield
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        if resuming:
+            raise TrainerAppError(
+                f"resume={str(run_dir)!r} is invalid: the run folder cannot be written ({reason}); make it "
+                "writable, or resume into a new folder with run_name=NAME (runs_root=DIR)"
+            ) from None
+        blocking = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            named = ("run_name", run_dir.name) if blocking == run_dir else ("runs_root", str(runs_root))
+            raise TrainerAppError(
+                f"{named[0]}={named[1]!r} is invalid: {blocking} is a file, not a folder; choose another "
+                f"{named[0]}"
+            ) from None
+        raise TrainerAppError(
+            f"runs_root={str(runs_root)!r} is invalid: the run folder {run_dir} cannot be created there "
+            f"({reason}); choose a folder you can write with runs_root=DIR"
+        ) from None
 
 
 def _make_layout(run_dir: Path) -> None:
@@ -162,11 +225,20 @@ def resolve_resume(target: str, setting: str = "resume") -> tuple[Path, Path | N
     folder: None, and the resumed run gets a new one rather than writing beside that file.
 
     Raises:
-        TrainerAppError: The path does not exist, or the run folder holds no checkpoint.
+        TrainerAppError: The path does not exist, is a file that is no checkpoint (``config.yaml``), or
+            is a run folder that holds no checkpoint.
     """
     path = Path(target).expanduser()
     if path.is_file():
         owner = RunLayout.holding(path)
+        inside = next((p for p in (path.parent, path.parent.parent) if RunLayout(p).config.is_file()), None)
+        if owner is None and inside is not None and not zipfile.is_zipfile(path):
+            # A run's own file (config.yaml, a log): every checkpoint is a torch.save (zip) archive.
+            raise TrainerAppError(
+                f"{setting}={target!r} is invalid: it is a file of the run folder {inside}, not a "
+                f"checkpoint; pass the run folder ({setting}={inside}: its latest checkpoint) or one of its "
+                f"checkpoints ({RunLayout(inside).checkpoints / 'model_*.pt'})"
+            )
         return path, None if owner is None else owner.root
     if path.is_dir():
         layout = RunLayout.of_folder(path)

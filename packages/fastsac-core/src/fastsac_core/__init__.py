@@ -10,30 +10,37 @@ The public face is this module's ``__all__``. One submodule is public too: ``fas
 (tiny configs, random data, a DDP rank worker; other packages' tests use it). The private modules
 (``_agent``, ``_replay``, ...) each hold one decision (wiki/architecture.md lists them by role); they
 are importable by path for this package's tests, and free to change.
+
+Each name loads its module on first use (``__getattr__``): ``FastSACConfig``, ``EnvDims`` and the
+errors come without torch, so an app's command line can answer ``--help`` at once.
 """
 
-from ._agent import FastSACAgent, UpdateNoise, sync_normalizers
-from ._batch import Batch
-from ._checkpoint import (
-    discard_partial_checkpoints,
-    load_checkpoint,
-    peek_checkpoint,
-    save_checkpoint,
-    save_policy_checkpoint,
-)
-from ._compile_cache import CompileCache, use_compile_cache
-from ._evaluate import EvalResult, evaluate_policy
-from ._execution import ExecutionPolicy
-from ._inference import InferencePolicy
-from ._model import build_actor
-from ._normalizer import EmpiricalNormalizer, merge_normalizers
-from ._replay import ReplayBuffer
-from ._replay_file import ReplayFileInfo, ReplaySaver, load_replay, peek_replay, save_replay
-from ._schedule import learning_started, updates_due
-from ._schema import policy_extra_fields, step_transition, transition_fields
-from .config import FastSACConfig, batch_choices, batch_per_env
-from .env import F32, BatchedEnv, EnvDims, EnvFactory, ResumableEnv, StepResult
-from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._agent import FastSACAgent, UpdateNoise, sync_normalizers
+    from ._batch import Batch
+    from ._checkpoint import (
+        discard_partial_checkpoints,
+        load_checkpoint,
+        peek_checkpoint,
+        save_checkpoint,
+        save_policy_checkpoint,
+    )
+    from ._compile_cache import CompileCache, use_compile_cache
+    from ._evaluate import EvalResult, evaluate_policy
+    from ._execution import ExecutionPolicy
+    from ._inference import InferencePolicy
+    from ._model import build_actor
+    from ._normalizer import EmpiricalNormalizer, merge_normalizers
+    from ._replay import ReplayBuffer
+    from ._replay_file import ReplayFileInfo, ReplaySaver, load_replay, peek_replay, save_replay
+    from ._schedule import learning_started, updates_due
+    from ._schema import policy_extra_fields, step_transition, transition_fields
+    from .config import FastSACConfig, batch_choices, batch_per_env
+    from .env import F32, BatchedEnv, EnvDims, EnvFactory, ResumableEnv, StepResult
+    from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
 
 __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     # Contracts: the batched env a trainer steps, the hyper-parameters and the batch's split over envs
@@ -89,3 +96,39 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "FastSACCoreError",
     "ReplayBufferError",
 ]
+
+_HOMES = {  # the module that defines each exported name
+    "._agent": ("FastSACAgent", "UpdateNoise", "sync_normalizers"),
+    "._batch": ("Batch",),
+    "._checkpoint": (
+        "discard_partial_checkpoints",
+        "load_checkpoint",
+        "peek_checkpoint",
+        "save_checkpoint",
+        "save_policy_checkpoint",
+    ),
+    "._compile_cache": ("CompileCache", "use_compile_cache"),
+    "._evaluate": ("EvalResult", "evaluate_policy"),
+    "._execution": ("ExecutionPolicy",),
+    "._inference": ("InferencePolicy",),
+    "._model": ("build_actor",),
+    "._normalizer": ("EmpiricalNormalizer", "merge_normalizers"),
+    "._replay": ("ReplayBuffer",),
+    "._replay_file": ("ReplayFileInfo", "ReplaySaver", "load_replay", "peek_replay", "save_replay"),
+    "._schedule": ("learning_started", "updates_due"),
+    "._schema": ("policy_extra_fields", "step_transition", "transition_fields"),
+    ".config": ("FastSACConfig", "batch_choices", "batch_per_env"),
+    ".env": ("F32", "BatchedEnv", "EnvDims", "EnvFactory", "ResumableEnv", "StepResult"),
+    ".exceptions": ("CheckpointError", "ConfigError", "FastSACCoreError", "ReplayBufferError"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name from its module on first use."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later uses find it without this function
+    return value

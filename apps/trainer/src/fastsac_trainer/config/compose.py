@@ -7,18 +7,23 @@ tracebacks; the run folder is the app's (``fastsac_trainer.run_dir``).
 
 from __future__ import annotations
 
+import difflib
+import functools
 import re
+from collections.abc import Iterator
+from typing import Any
 
 from hydra import compose, initialize
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.config.schema import RootConfig
 from fastsac_trainer.config.store import PRIMARY_CONFIG, register_configs
 
-__all__ = ["compose_config", "explicit_keys", "merge_overrides"]
+__all__ = ["compose_config", "explicit_keys", "merge_overrides", "unknown_key"]
 
 _MISSING = re.compile(r"Could not find '([^/']+)/([^']*)'")
 _GRAMMAR = "write overrides as key=value, e.g. algo.trainer.async_options.num_collectors=2"
@@ -41,7 +46,11 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 
 def _refuse_hydra_settings(overrides: list[str]) -> None:
-    """Hydra's own settings would be accepted and ignored by the compose API: refuse them instead."""
+    """Refuse what the compose API would accept and ignore, or pass on to fail later.
+
+    Hydra's own settings (``hydra.*``) would be ignored; a key the schema does not have, added with
+    ``+`` or ``++``, would reach the library records as an unknown argument.
+    """
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as error:
@@ -53,6 +62,58 @@ def _refuse_hydra_settings(overrides: list[str]) -> None:
                 "settings (hydra.*, hydra/...); its run folder is runs_root/run_name: set runs_root=DIR "
                 "run_name=NAME instead"
             )
+        if (override.is_add() or override.is_force_add()) and not _in_schema(override.key_or_group):
+            raise TrainerAppError(unknown_key(override.key_or_group))
+
+
+def _in_schema(key: str) -> bool:
+    """Whether ``key`` is a setting, or lies inside a free-form one (``task.env_kwargs.<name>``)."""
+    node: Any = _schema()
+    for part in key.split("."):
+        if not isinstance(node, DictConfig):
+            return True  # below a value of any type (env_kwargs): its keys are the user's
+        if part not in node:
+            return False
+        node = node._get_node(part)
+    return True
+
+
+def unknown_key(key: str) -> str:
+    """The one line for a key that is no setting: the key, the nearest known ones, where to see them all."""
+    known = list(_schema_keys())
+    leaves: dict[str, list[str]] = {}
+    for full in known:
+        leaves.setdefault(full.rpartition(".")[2], []).append(full)
+    leaf = key.rpartition(".")[2]
+    near = [
+        full for name in difflib.get_close_matches(leaf, leaves, n=3, cutoff=0.6) for full in leaves[name]
+    ]
+    if not near:  # nothing spelled alike: the keys beside it
+        parent = key.rpartition(".")[0]
+        siblings = [full for full in known if full.rpartition(".")[0] == parent] or known
+        near = difflib.get_close_matches(key, siblings, n=3, cutoff=0.0)
+    near.sort(key=lambda full: -difflib.SequenceMatcher(None, key, full).ratio())
+    return (
+        f"{key} is not a setting; the nearest known: {', '.join(near[:3])}; "
+        "`trainer --cfg job` lists every key with its value"
+    )
+
+
+@functools.cache
+def _schema() -> DictConfig:
+    schema: DictConfig = OmegaConf.structured(RootConfig)
+    return schema
+
+
+def _schema_keys(node: DictConfig | None = None, prefix: str = "") -> Iterator[str]:
+    """Every setting's key path (``algo.agent.gamma``)."""
+    node = _schema() if node is None else node
+    for name in map(str, node):
+        child = node._get_node(name)
+        if isinstance(child, DictConfig):
+            yield from _schema_keys(child, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"
 
 
 def explicit_keys(overrides: list[str]) -> frozenset[str]:
@@ -103,10 +164,7 @@ def condense_error(error: BaseException) -> str:
         key = getattr(cause, "full_key", None) or ""
         detail = str(cause).splitlines()[0]
         if "not in" in detail:
-            return (
-                f"{key} is not a setting ({detail}); "
-                "run `trainer --cfg job` to see every key, or `trainer --help`"
-            )
+            return unknown_key(str(key))
         value = message.rpartition("=")[2] if "override" in message else "?"
         return f"{key}={value!r} is invalid: {detail}; give a value of the setting's type"
     return " ".join(line.strip() for line in message.splitlines() if line.strip())

@@ -243,7 +243,7 @@ def _probe(task: dict[str, Any]) -> tuple[EnvFactory, EnvDims]:
         value = task.get(setting)
         raise TrainerAppError(
             f"task.{setting}={value!r} is invalid: making one env failed ({type(error).__name__}: {first}); "
-            "use a registered gymnasium id such as Humanoid-v5, or fix the factory"
+            "fix the env or its settings"
         ) from None
 
 

@@ -14,14 +14,12 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from fastsac_trainer.config.schema import AlgoConfig, RootConfig
-from fastsac_trainer.tasks import GYM_TASK, TASKS, TaskSpec
+from fastsac_trainer.tasks import DEFAULT_TASK, GYM_TASK, TASKS, TaskSpec
 
 __all__ = ["DEFAULT_TASK", "PRIMARY_CONFIG", "register_configs", "task_node"]
 
 PRIMARY_CONFIG = "trainer"
 """Name of the primary config that ``compose`` starts from."""
-DEFAULT_TASK = "humanoid"
-"""Task trained when ``task=`` is not given."""
 DEFAULT_ALGO = "fastsac"
 """The only algorithm."""
 

@@ -267,6 +267,10 @@ def validate_config(cfg: dict[str, Any], cuda_count: int) -> None:
         value = _get(cfg, path)
         if not ok(value):
             raise ConfigError(path, value, fix)
+    if cfg["run_name"] is not None:
+        from fastsac_trainer.run_dir import check_run_name
+
+        check_run_name(cfg["run_name"], cfg["runs_root"])
     agent_config(cfg["algo"]["agent"])
     async_options(opts)
     check_counts_of(cfg)

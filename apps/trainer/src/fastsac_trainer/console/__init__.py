@@ -1,19 +1,27 @@
-"""The trainer's console: the live rich panels, the plain fallback, and system metrics."""
+"""The trainer's console: the live rich panels, the plain fallback, and system metrics.
 
-from fastsac_trainer.console.boot import BootBoard, BootFailure, BootView, render_boot
-from fastsac_trainer.console.interrupt import STOP_SIGNALS, StopRequest
-from fastsac_trainer.console.live import RichConsole
-from fastsac_trainer.console.panels import (
-    TABS,
-    render_overview,
-    render_system,
-    render_timing,
-    render_training,
-)
-from fastsac_trainer.console.plain import PlainConsole, snapshot_line
-from fastsac_trainer.console.sinks import ConsoleLogHandler, FanOut, TrainerConsole, open_console
-from fastsac_trainer.console.stream import GuardedStream
-from fastsac_trainer.console.system import GpuSample, SystemSample, SystemSampler
+Each name loads its module on first use (``__getattr__``): the CLI wraps its output in
+:class:`GuardedStream` without loading rich.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastsac_trainer.console.boot import BootBoard, BootFailure, BootView, render_boot
+    from fastsac_trainer.console.interrupt import STOP_SIGNALS, StopRequest
+    from fastsac_trainer.console.live import RichConsole
+    from fastsac_trainer.console.panels import (
+        TABS,
+        render_overview,
+        render_system,
+        render_timing,
+        render_training,
+    )
+    from fastsac_trainer.console.plain import PlainConsole, snapshot_line
+    from fastsac_trainer.console.sinks import ConsoleLogHandler, FanOut, TrainerConsole, open_console
+    from fastsac_trainer.console.stream import GuardedStream
+    from fastsac_trainer.console.system import GpuSample, SystemSample, SystemSampler
 
 __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     # Consoles (each is a Reporter and a BootView)
@@ -44,3 +52,31 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "SystemSample",
     "SystemSampler",
 ]
+
+_HOMES = {  # the module that defines each exported name
+    "fastsac_trainer.console.boot": ("BootBoard", "BootFailure", "BootView", "render_boot"),
+    "fastsac_trainer.console.interrupt": ("STOP_SIGNALS", "StopRequest"),
+    "fastsac_trainer.console.live": ("RichConsole",),
+    "fastsac_trainer.console.panels": (
+        "TABS",
+        "render_overview",
+        "render_system",
+        "render_timing",
+        "render_training",
+    ),
+    "fastsac_trainer.console.plain": ("PlainConsole", "snapshot_line"),
+    "fastsac_trainer.console.sinks": ("ConsoleLogHandler", "FanOut", "TrainerConsole", "open_console"),
+    "fastsac_trainer.console.stream": ("GuardedStream",),
+    "fastsac_trainer.console.system": ("GpuSample", "SystemSample", "SystemSampler"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name from its module on first use."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later uses find it without this function
+    return value

@@ -1,15 +1,24 @@
-"""Tasks: gymnasium MuJoCo environments and the user's own, behind the batched-env protocol."""
+"""Tasks: gymnasium MuJoCo environments and the user's own, behind the batched-env protocol.
 
-from fastsac_trainer.tasks._factory import MujocoEnvFactory, import_env_module, probe_dims
-from fastsac_trainer.tasks._mujoco_env import MujocoBatchedEnv, check_spaces, env_seeds
-from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
-from fastsac_trainer.tasks._registry import GYM_TASK, TASKS, TaskSpec, get_task, task_names
-from fastsac_trainer.tasks._select import env_factory_for
-from fastsac_trainer.tasks._user_env import UserEnvFactory, check_batched_env, load_target, target_of
-from fastsac_trainer.tasks.exceptions import TaskError, UnknownTaskError
+Each name loads its module on first use (``__getattr__``): the registry alone (``trainer --help``)
+comes without gymnasium, MuJoCo or torch.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastsac_trainer.tasks._factory import MujocoEnvFactory, import_env_module, probe_dims
+    from fastsac_trainer.tasks._mujoco_env import MujocoBatchedEnv, check_spaces, env_seeds
+    from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
+    from fastsac_trainer.tasks._registry import DEFAULT_TASK, GYM_TASK, TASKS, TaskSpec, get_task, task_names
+    from fastsac_trainer.tasks._select import env_factory_for
+    from fastsac_trainer.tasks._user_env import UserEnvFactory, check_batched_env, load_target, target_of
+    from fastsac_trainer.tasks.exceptions import TaskError, UnknownTaskError
 
 __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     # Registry
+    "DEFAULT_TASK",
     "GYM_TASK",
     "TASKS",
     "TaskSpec",
@@ -33,3 +42,31 @@ __all__ = [  # noqa: RUF022 - grouped by topic, sorted within each group
     "TaskError",
     "UnknownTaskError",
 ]
+
+_HOMES = {  # the module that defines each exported name
+    "fastsac_trainer.tasks._factory": ("MujocoEnvFactory", "import_env_module", "probe_dims"),
+    "fastsac_trainer.tasks._mujoco_env": ("MujocoBatchedEnv", "check_spaces", "env_seeds"),
+    "fastsac_trainer.tasks._quiet": ("quiet_mujoco_compiler",),
+    "fastsac_trainer.tasks._registry": (
+        "DEFAULT_TASK",
+        "GYM_TASK",
+        "TASKS",
+        "TaskSpec",
+        "get_task",
+        "task_names",
+    ),
+    "fastsac_trainer.tasks._select": ("env_factory_for",),
+    "fastsac_trainer.tasks._user_env": ("UserEnvFactory", "check_batched_env", "load_target", "target_of"),
+    "fastsac_trainer.tasks.exceptions": ("TaskError", "UnknownTaskError"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name from its module on first use."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later uses find it without this function
+    return value

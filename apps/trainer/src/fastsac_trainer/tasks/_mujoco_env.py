@@ -41,7 +41,7 @@ import torch
 
 from fastsac_core import EnvDims, StepResult
 from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
-from fastsac_trainer.tasks.exceptions import TaskError
+from fastsac_trainer.tasks.exceptions import TaskError, kwargs_fault
 
 __all__ = ["MujocoBatchedEnv", "check_spaces", "env_seeds"]
 
@@ -67,9 +67,38 @@ def _action_rng(seed: int) -> np.random.Generator:
 
 def _space_fix(env_id: str, what: str, space: Any) -> TaskError:
     return TaskError(
-        f"task.env_id={env_id!r} is invalid: its {what} space is {type(space).__name__}"
-        f"{getattr(space, 'shape', '')}; use an env with flat Box observations and actions "
-        "(gymnasium.wrappers.FlattenObservation and a registered wrapper, or task.env_factory)"
+        f"task.env_id={env_id!r} is invalid: its {what} space is {_space_name(space)}; use an env with "
+        "flat Box observations and actions (gymnasium.wrappers.FlattenObservation and a registered "
+        "wrapper, or task.env_factory)"
+    )
+
+
+def _space_name(space: Any) -> str:
+    """The kind of a space, short: ``Box(3, 4)``, ``Discrete(2)``, ``Dict('observation', 'goal')``."""
+    if isinstance(space, gym.spaces.Dict):
+        return f"Dict({', '.join(map(repr, space.spaces))})"
+    if isinstance(space, gym.spaces.Tuple):
+        return f"Tuple of {len(space.spaces)} spaces"
+    if isinstance(space, gym.spaces.Box):
+        return f"Box{space.shape}"
+    return str(space)
+
+
+def _make_failed(env_id: str, env_kwargs: Mapping[str, Any], error: Exception) -> TaskError:
+    """``gymnasium.make(env_id, **env_kwargs)`` raised ``error``: one line blaming the setting at fault.
+
+    An unregistered id is ``task.env_id``'s fault; a keyword the env does not take, ``task.env_kwargs``';
+    anything else the env raised while it was made names the env and the error.
+    """
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if isinstance(error, gym.error.Error):
+        return TaskError(
+            f"task.env_id={env_id!r} is invalid: {first}; use a registered gymnasium id "
+            "(gymnasium.pprint_registry() lists them), or task.env_import=MODULE that registers it"
+        )
+    return kwargs_fault(env_id, env_kwargs, error) or TaskError(
+        f"task.env_id={env_id!r} is invalid: making the env failed ({type(error).__name__}: {first}); "
+        "fix the env or its settings"
     )
 
 
@@ -165,8 +194,11 @@ class MujocoBatchedEnv:
         kwargs = dict(env_kwargs or {})
         if keep_wrappers and max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps  # the registered TimeLimit takes it
-        with quiet_mujoco_compiler():
-            wrapped = [gym.make(env_id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
+        try:
+            with quiet_mujoco_compiler():
+                wrapped = [gym.make(env_id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
+        except Exception as error:  # gymnasium and the env's own code raise many types: one line
+            raise _make_failed(env_id, env_kwargs or {}, error) from error
         spec_limit = wrapped[0].spec.max_episode_steps if wrapped[0].spec is not None else None
         limit = max_episode_steps if max_episode_steps is not None else spec_limit
         self._max_episode_steps = int(limit) if limit is not None else np.iinfo(np.int64).max

@@ -13,13 +13,15 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastsac_core import FastSACConfig
-from fastsac_trainer.tasks._factory import MujocoEnvFactory
 from fastsac_trainer.tasks.exceptions import TaskError, UnknownTaskError
 
-__all__ = ["GYM_TASK", "TASKS", "TaskSpec", "get_task", "task_names"]
+if TYPE_CHECKING:
+    from fastsac_trainer.tasks._factory import MujocoEnvFactory
+
+__all__ = ["DEFAULT_TASK", "GYM_TASK", "TASKS", "TaskSpec", "get_task", "task_names"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +64,8 @@ class TaskSpec:
                 f"task={self.name} has no env of its own; give task.env_id=<gymnasium id> or "
                 "task.env_factory=package.module:function"
             )
+        from fastsac_trainer.tasks._factory import MujocoEnvFactory  # gymnasium and MuJoCo: only when asked
+
         limit = max_episode_steps if max_episode_steps is not None else self.max_episode_steps
         return MujocoEnvFactory(env_id=self.env_id, max_episode_steps=limit)
 
@@ -181,6 +185,9 @@ GYM_TASK = TaskSpec(
     agent_overrides=_locomotion(v_min=-1000.0, v_max=1000.0, buffer_size=4096, learning_starts=40),
 )
 """``task=gym``: the user's env (``task.env_id`` or ``task.env_factory``) with generic settings."""
+
+DEFAULT_TASK = "humanoid"
+"""Task trained when ``task=`` is not given."""
 
 
 def task_names() -> tuple[str, ...]:

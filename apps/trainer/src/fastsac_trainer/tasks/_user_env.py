@@ -15,7 +15,7 @@ from typing import Any
 
 from fastsac_core import BatchedEnv, EnvDims
 from fastsac_trainer.tasks._factory import import_env_module, import_user_module
-from fastsac_trainer.tasks.exceptions import TaskError
+from fastsac_trainer.tasks.exceptions import TaskError, kwargs_fault
 
 __all__ = ["UserEnvFactory", "load_target", "target_of"]
 
@@ -121,7 +121,13 @@ class UserEnvFactory:
         """Build ``num_envs`` envs seeded from ``seed``, checked against the protocol."""
         import_env_module(self.env_import)
         make = load_target(self.target)
-        env = make(num_envs, seed, **self.env_kwargs)
+        try:
+            env = make(num_envs, seed, **self.env_kwargs)
+        except Exception as error:  # the user's code raises any type: one line, the cause kept in logs
+            raise kwargs_fault(self.target, self.env_kwargs, error) or TaskError(
+                f"{_SETTING}={self.target!r} is invalid: calling it failed ({type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else ''}); fix the factory or task.env_kwargs"
+            ) from error
         try:
             return check_batched_env(env, num_envs, self.target)
         except TaskError:

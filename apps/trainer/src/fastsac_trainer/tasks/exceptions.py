@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["TaskError", "UnknownTaskError"]
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["TaskError", "UnknownTaskError", "kwargs_fault"]
 
 
 class TaskError(ValueError):
@@ -15,3 +19,28 @@ class UnknownTaskError(TaskError, KeyError):
     def __str__(self) -> str:
         # KeyError would quote the message; show it as written.
         return str(self.args[0]) if self.args else ""
+
+
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def kwargs_fault(maker: str, env_kwargs: Mapping[str, Any], error: BaseException) -> TaskError | None:
+    """``error``, raised by calling ``maker`` with ``task.env_kwargs``, as their fault; None if it is not.
+
+    A ``TypeError`` while keyword arguments were given is theirs, unless it names a keyword that is
+    not one of them (the env's own bug).
+    """
+    if not isinstance(error, TypeError) or not env_kwargs:
+        return None
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    unknown = _UNEXPECTED_KEYWORD.search(first)
+    if unknown is not None and unknown.group(1) not in env_kwargs:
+        return None
+    what = (
+        f"{maker} takes no keyword argument {unknown.group(1)!r}"
+        if unknown
+        else f"{maker} refused them ({first})"
+    )
+    return TaskError(
+        f"task.env_kwargs={dict(env_kwargs)!r} is invalid: {what}; pass only keyword arguments it takes"
+    )

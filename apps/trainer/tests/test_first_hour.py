@@ -1,0 +1,284 @@
+"""A newcomer's first hour (issue #31): bad inputs, help for every command, imports of the quick paths.
+
+Each bad input is one line and exit 2, creating nothing; a mistyped command gets the nearest one; help,
+version and such mistakes answer without importing torch or hydra.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fastsac_async.run_layout import RunLayout
+from fastsac_core import save_checkpoint
+from fastsac_core.testing import make_agent
+from fastsac_trainer.cli import main
+from fastsac_trainer.commands import COMMANDS, command_help
+from fastsac_trainer.tasks import get_task, probe_dims
+
+DICT_ENV = '''
+"""Registers DictObs-v0: Box actions, but a Dict of observations (what the trainer cannot learn)."""
+
+import gymnasium as gym
+import numpy as np
+
+
+class DictObs(gym.Env):
+    observation_space = gym.spaces.Dict(
+        {"position": gym.spaces.Box(-1.0, 1.0, (2,)), "goal": gym.spaces.Box(-1.0, 1.0, (2,))}
+    )
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"position": np.zeros(2, np.float32), "goal": np.zeros(2, np.float32)}, {}
+
+
+if "DictObs-v0" not in gym.registry:
+    gym.register("DictObs-v0", entry_point=DictObs)
+'''
+
+MISSING_MODULE = "fastsac_no_such_module"
+"""A module no test puts on the path: the env module of a run whose module is gone."""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder as a user has it: a pendulum run, runs whose env module is gone, a file, an env module."""
+    root = tmp_path_factory.mktemp("world")
+    spec = get_task("pendulum")
+    agent = make_agent(probe_dims(spec.env_factory()), spec.agent_config(), "cpu", num_envs=2)
+    tasks = {
+        "pendulum": f"name: pendulum\n  env_id: {spec.env_id}\n  max_episode_steps: {spec.max_episode_steps}",
+        "imported": f"name: gym\n  env_id: InvertedPendulum-v5\n  env_import: {MISSING_MODULE}",
+        "factory": f"name: gym\n  env_id: null\n  env_factory: {MISSING_MODULE}:make",
+    }
+    for name, task in tasks.items():
+        layout = RunLayout(root / name)
+        layout.checkpoints.mkdir(parents=True)
+        layout.config.write_text(f"task:\n  {task}\n")
+        save_checkpoint(layout.checkpoint(4), agent, extra={"iteration": 4})
+    (root / "afile").write_text("not a folder\n")
+    (root / "mods").mkdir()
+    (root / "mods" / "dict_obs_env.py").write_text(DICT_ENV)
+    return root
+
+
+def _read_only_folder(world: Path) -> str:
+    """A folder in which nothing can be created, even by root (who ignores permission bits)."""
+    if os.geteuid() == 0:
+        return "/sys/fastsac-runs"  # sysfs refuses mkdir to everyone
+    folder = world / "read_only"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o555)
+    return str(folder / "runs")
+
+
+def _train(world: Path, task: str = "pendulum") -> list[str]:
+    """A small synchronous CPU run of ``task`` into ``world/runs``."""
+    return [
+        f"task={task}",
+        "task.num_envs=2",
+        "algo.trainer.asynchronous=false",
+        "algo.trainer.device=cpu",
+        "algo.trainer.num_learning_iterations=2",  # before the fix, some of these inputs trained
+        "console=plain",
+        f"runs_root={world / 'runs'}",
+    ]
+
+
+BAD_INPUTS: list[tuple[str, Callable[[Path], list[str]], str]] = [
+    # Issue #31 item 2: each of these ended in a traceback.
+    (
+        "runs_root read-only",
+        lambda w: [*_train(w), f"runs_root={_read_only_folder(w)}"],
+        "error: runs_root='",
+    ),
+    (
+        "runs_root a file",
+        lambda w: [*_train(w), f"runs_root={w / 'afile'}"],
+        "error: runs_root='{w}/afile' is invalid: {w}/afile is a file, not a folder",
+    ),
+    (
+        "eval of a pendulum run with another task's env",
+        lambda w: ["eval", f"checkpoint={w / 'pendulum'}", "task=humanoid"],
+        "error: task='humanoid' is invalid for checkpoint=",
+    ),
+    (
+        "eval of an env_import run without its module",
+        lambda w: ["eval", f"checkpoint={w / 'imported'}"],
+        f"error: task.env_import='{MISSING_MODULE}' is invalid: No module named",
+    ),
+    (
+        "eval of an env_factory run without its module",
+        lambda w: ["eval", f"checkpoint={w / 'factory'}"],
+        f"error: task.env_factory='{MISSING_MODULE}:make' is invalid: No module named",
+    ),
+    (
+        "export to a folder that cannot hold files",
+        lambda w: ["export", f"checkpoint={w / 'pendulum'}", "out=/proc/x.onnx"],
+        "error: out='/proc/x.onnx' is invalid: it cannot be written",
+    ),
+    (
+        "plot to a format matplotlib does not write",
+        lambda w: ["plot", str(w / "pendulum"), "out=x.xyz"],
+        "error: out='x.xyz' is invalid: matplotlib writes no .xyz files",
+    ),
+    # Item 3: a run name is one folder name.
+    (
+        "run_name outside runs_root",
+        lambda w: [*_train(w), "run_name=../../somewhere"],
+        "error: run_name='../../somewhere' is invalid: a run name is one folder name inside runs_root",
+    ),
+    # Item 5: each message blames the setting at fault.
+    (
+        "env_kwargs the env does not take",
+        lambda w: [
+            *_train(w, "gym"),
+            "task.env_id=InvertedPendulum-v5",
+            "task.env_kwargs={nonexistent_kw:1}",
+        ],
+        "error: task.env_kwargs={'nonexistent_kw': 1} is invalid: InvertedPendulum-v5 takes no keyword "
+        "argument 'nonexistent_kw'",
+    ),
+    (
+        "resume of the run's config.yaml",
+        lambda w: [*_train(w), f"resume={w / 'pendulum' / 'config.yaml'}"],
+        "error: resume='{w}/pendulum/config.yaml' is invalid: it is a file of the run folder {w}/pendulum, "
+        "not a checkpoint; pass the run folder (resume={w}/pendulum",
+    ),
+    (
+        "a Dict observation space",
+        lambda w: [*_train(w, "gym"), "task.env_id=DictObs-v0", "task.env_import=dict_obs_env"],
+        "error: task.env_id='DictObs-v0' is invalid: its observation space is Dict('goal', 'position'); ",
+    ),
+    (
+        "an empty run_name",
+        lambda w: [*_train(w), "run_name="],
+        "error: run_name='' is invalid: it is empty",
+    ),
+    (
+        "a key added with + that is no setting",
+        lambda w: [*_train(w), "+algo.agent.foo=1"],
+        "error: algo.agent.foo is not a setting; the nearest known: ",
+    ),
+    # Item 6: a mistyped command.
+    (
+        "a mistyped command",
+        lambda w: ["evaluate", f"checkpoint={w / 'pendulum'}"],
+        "error: 'evaluate' is not a command; did you mean `trainer eval`?",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"), [row[1:] for row in BAD_INPUTS], ids=[row[0] for row in BAD_INPUTS]
+)
+def test_a_bad_input_is_one_line_naming_the_setting_and_creates_nothing(
+    world: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: Callable[[Path], list[str]],
+    expected: str,
+) -> None:
+    """The input exits 2 with one stderr line that names the setting at fault; no file or folder appears."""
+    monkeypatch.chdir(world)
+    monkeypatch.syspath_prepend(str(world / "mods"))
+    argv = args(world)
+    before = sorted(world.rglob("*"))
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(expected.replace("{w}", str(world))), err
+    assert "None" not in err, err
+    assert sorted(world.rglob("*")) == before, "the input created files"
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_has_help_with_its_options_and_an_example(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`trainer <command> --help` (-h, `trainer help <command>`) exits 0 listing every option and examples."""
+    for args in ([name, "--help"], [name, "checkpoint=x", "-h"], ["help", name]):
+        with pytest.raises(SystemExit) as info:
+            main(args)
+        assert info.value.code == 0
+        out = capsys.readouterr().out
+        assert out == command_help(name)
+    command = COMMANDS[name]
+    assert out.startswith(f"usage: trainer {name} ")
+    for option in command.options:
+        assert f"  {option.key}={option.value} " in out
+    assert "examples:\n  trainer " + name in out
+
+
+def test_the_main_help_names_every_command_and_the_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """`trainer --help` lists each command and how to get its help; `--version` prints the version."""
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert f"       trainer {name} " in out
+    assert "trainer COMMAND --help" in out and "trainer --version" in out
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"trainer (fastsac-trainer) {version('fastsac-trainer')}\n"
+
+
+QUICK_PATHS = (
+    ["--help"],
+    ["--version"],
+    ["eval", "--help"],
+    ["export", "--help"],
+    ["plot", "--help"],
+    ["evaluate"],
+)
+HEAVY = ("torch", "hydra", "gymnasium", "mujoco", "rich", "matplotlib", "fastsac_async")
+
+
+def test_help_and_mistakes_at_the_first_word_import_nothing_heavy() -> None:
+    """In a fresh interpreter, help, version and a mistyped command load none of torch, hydra, gymnasium..."""
+    script = (
+        "import sys\n"
+        "from fastsac_trainer.cli import main\n"
+        f"for args in {QUICK_PATHS!r}:\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]", result.stdout[-2000:]
+
+
+def test_the_read_only_runs_root_of_the_table_refuses_a_folder(world: Path) -> None:
+    """Nothing can be created in the table's read-only runs_root (else that row would prove nothing)."""
+    with pytest.raises(OSError):
+        Path(_read_only_folder(world)).mkdir(parents=True)
+
+
+@pytest.mark.parametrize(
+    "package", ["fastsac_trainer.config", "fastsac_trainer.console", "fastsac_trainer.tasks"]
+)
+def test_each_lazy_package_loads_every_name_it_exports(package: str) -> None:
+    """A package whose names load on first use has a home for exactly its ``__all__``, and each one loads."""
+    import importlib
+
+    module = importlib.import_module(package)
+    assert set(module._HOME_OF) == set(module.__all__)
+    for name in module.__all__:
+        assert getattr(module, name) is getattr(importlib.import_module(module._HOME_OF[name]), name)
