@@ -163,6 +163,11 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], list[str]], str]] = [
         "error: run_name='' is invalid: it is empty",
     ),
     (
+        "an empty run_name for a seed list",
+        lambda w: [*_train(w), "seed=1,2", "run_name="],
+        "error: run_name='' is invalid: it is empty",
+    ),
+    (
         "a key added with + that is no setting",
         lambda w: [*_train(w), "+algo.agent.foo=1"],
         "error: algo.agent.foo is not a setting; the nearest known: ",

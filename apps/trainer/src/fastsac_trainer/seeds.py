@@ -51,11 +51,12 @@ def seed_runs(overrides: list[str]) -> list[list[str]]:
 
     Raises:
         TrainerAppError: A seed is not a non-negative integer, is listed twice, or a list of seeds
-            is combined with ``resume=`` or with a launch by torchrun on several hosts.
+            is combined with ``resume=`` or with a launch by torchrun on several hosts; the
+            ``run_name`` the seeds' names start from is not one plain folder name.
     """
     from fastsac_trainer.cluster.context import launch_context
     from fastsac_trainer.config.store import DEFAULT_TASK
-    from fastsac_trainer.run_dir import default_run_name
+    from fastsac_trainer.run_dir import check_run_name, default_run_name
 
     given = [o for o in overrides if o.startswith(_SEED_KEYS)]
     if not given or "," not in given[-1]:
@@ -74,6 +75,6 @@ def seed_runs(overrides: list[str]) -> list[list[str]]:
         )
     names = [o.partition("=")[2] for o in overrides if o.startswith("run_name=")]
     tasks = [o.partition("=")[2] for o in overrides if o.startswith("task=")]
-    base = names[-1] if names else default_run_name(tasks[-1] if tasks else DEFAULT_TASK)
+    base = check_run_name(names[-1]) if names else default_run_name(tasks[-1] if tasks else DEFAULT_TASK)
     rest = [o for o in overrides if not o.startswith((*_SEED_KEYS, "run_name="))]
     return [[*rest, f"seed={seed}", f"run_name={seed_run_name(base, seed)}"] for seed in seeds]
