@@ -107,7 +107,7 @@ EVAL = Command(
     ),
     examples=(
         "trainer eval checkpoint=runs/hopper-20261203-101500",
-        "trainer eval checkpoint=runs/hopper-20261203-101500/checkpoints/best.pt episodes=20 video=true",
+        "trainer eval checkpoint=runs/hopper-20261203-101500 episodes=20 seed=1 video=true",
     ),
 )
 
@@ -125,7 +125,7 @@ EXPORT = Command(
     ),
     examples=(
         "trainer export checkpoint=runs/hopper-20261203-101500",
-        "trainer export checkpoint=runs/hopper-20261203-101500/checkpoints/best.pt out=hopper.onnx",
+        "trainer export checkpoint=runs/hopper-20261203-101500 out=hopper.onnx",
     ),
 )
 

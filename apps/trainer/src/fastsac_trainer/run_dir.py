@@ -236,8 +236,8 @@ def resolve_resume(target: str, setting: str = "resume") -> tuple[Path, Path | N
             # A run's own file (config.yaml, a log): every checkpoint is a torch.save (zip) archive.
             raise TrainerAppError(
                 f"{setting}={target!r} is invalid: it is a file of the run folder {inside}, not a "
-                f"checkpoint; pass the run folder ({setting}={inside}: its latest checkpoint) or one of its "
-                f"checkpoints ({RunLayout(inside).checkpoints / 'model_*.pt'})"
+                f"checkpoint; pass the run folder ({setting}={inside}: its latest checkpoint) or a "
+                f"checkpoint file in {RunLayout(inside).checkpoints}"
             )
         return path, None if owner is None else owner.root
     if path.is_dir():
