@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from _harness import add_output_args, machine, report
 
+from fastsac_async import RunLayout
 from fastsac_core import ReplayBuffer, ReplaySaver, load_replay, save_replay
 from fastsac_trainer.tasks import get_task, probe_dims
 
@@ -63,7 +64,8 @@ def main() -> None:
     _fill(buffer)
     transitions = buffer.num_stored
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
-        path = Path(folder) / "replay_rank0.pt"
+        path = RunLayout(Path(folder)).replay(0)
+        path.parent.mkdir(parents=True)
         snap_s, snapshot = _timed(buffer.snapshot)
         assert isinstance(snapshot, dict)
         write_s, _ = _timed(lambda: save_replay(path, snapshot, gstep=1))
