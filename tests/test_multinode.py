@@ -221,7 +221,10 @@ def test_one_host_under_torchrun_is_a_plain_run(tmp_path: Path, run_end: Any) ->
         host.close()
     run = _run_folder(tmp_path)
     assert "run across" not in host.text()
-    assert [p.name for p in RunLayout(run).checkpoints.iterdir()] == ["model_0000012.pt"]
+    assert sorted(p.name for p in RunLayout(run).checkpoints.iterdir()) == [
+        "model_0000012.pt",
+        "replay_rank0.pt",
+    ]
     assert not list(run.glob("host*"))
     _assert_gone([host], run_end)
 
@@ -264,9 +267,10 @@ def test_two_hosts_train_as_one_run_then_resume_it_as_one_run(tmp_path: Path, ru
     other = _done_line(RunLayout(run).host(1).log("learner0"))
     assert primary == other and primary[0] == 16 and primary[1] > 0, (primary, other)
     assert "run across 2 hosts" in hosts[1].text() and "learner rank 1 on cpu" in hosts[0].text()
-    assert [p.name for p in RunLayout(run).checkpoints.iterdir()] == ["model_0000016.pt"]
-    host1 = RunLayout(run).host(1)
-    assert not list(host1.checkpoints.iterdir()) and not list(host1.events.glob("events.*"))
+    layout, host1 = RunLayout(run), RunLayout(run).host(1)
+    assert sorted(layout.checkpoints.iterdir()) == [layout.checkpoint(16), layout.replay(0)]
+    # Host 1 keeps its learner's replay shard (run-wide rank 1), no checkpoint and no events.
+    assert list(host1.checkpoints.iterdir()) == [host1.replay(1)] and not list(host1.events.glob("events.*"))
     assert list(run.glob("events.*"))
     _assert_gone(hosts, run_end)
 
@@ -281,10 +285,15 @@ def test_two_hosts_train_as_one_run_then_resume_it_as_one_run(tmp_path: Path, ru
             host.close()
     checkpoint = RunLayout(run).checkpoint(16)
     for host in hosts:
-        assert f"resuming from {checkpoint}" in host.text(), host.text()
+        assert f"resuming from {checkpoint} (iteration 16); replay buffer of " in host.text(), host.text()
+    for shard, log in ((layout.replay(0), layout.log("learner0")), (host1.replay(1), host1.log("learner0"))):
+        assert f"learner0: replay buffer restored from {shard}: " in log.read_text(), "each host's own shard"
     primary = _done_line(RunLayout(run).log("learner0"), last=True)
     other = _done_line(RunLayout(run).host(1).log("learner0"), last=True)
     assert primary == other and primary[0] == 28, (primary, other)
-    layout = RunLayout(run)
-    assert sorted(layout.checkpoints.iterdir()) == [layout.checkpoint(16), layout.checkpoint(28)]
+    assert sorted(layout.checkpoints.iterdir()) == [
+        layout.checkpoint(16),
+        layout.checkpoint(28),
+        layout.replay(0),
+    ]
     _assert_gone(hosts, run_end)

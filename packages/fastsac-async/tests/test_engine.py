@@ -19,7 +19,15 @@ from fastsac_async.parent.monitor import final_checkpoint
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import EngineSpec, TrainingRun, learner_threads
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
-from fastsac_core import FastSACConfig, peek_checkpoint, save_checkpoint
+from fastsac_core import (
+    FastSACConfig,
+    ReplayBuffer,
+    peek_checkpoint,
+    peek_replay,
+    save_checkpoint,
+    save_replay,
+    transition_fields,
+)
 from fastsac_core.testing import make_agent
 from fastsac_topology import LearnerPlacement
 from shm_transport import default_prefix
@@ -205,15 +213,37 @@ def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(
 @pytest.mark.slow
 @pytest.mark.parametrize("learners", [1, 2])
 def test_a_run_resumed_from_uneven_collector_steps_finishes(tmp_path: Path, learners: int) -> None:
-    """A resume from uneven collector steps (as a stop leaves them) finishes and continues the count."""
+    """A resume from uneven collector steps (as a stop leaves them) finishes and continues the count.
+
+    Each learner rank (2: gloo) restores its own replay shard, and its final shard holds it and the
+    steps collected after.
+    """
     spec = _spec(tmp_path / "resumed", 2, learners, 12)
-    agent = make_agent(spec.run.dims, CFG, "cpu", num_envs=8 // learners, world_size=learners)
+    per_rank = 8 // learners
+    agent = make_agent(spec.run.dims, CFG, "cpu", num_envs=per_rank, world_size=learners)
     saved = save_checkpoint(
         RunLayout(tmp_path / "stopped").checkpoint(5), agent,
         extra={"iteration": 5, "updates": 6, "collector_steps": [4, 7]},  # collector 1 was 3 steps ahead
     )  # fmt: skip
+    dims, stored = spec.run.dims, [5, 3][:learners]  # steps each rank's shard holds
+    for rank, steps in enumerate(stored):
+        shard = ReplayBuffer.of(dims, CFG, per_rank)
+        fields = transition_fields(dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim)
+        shard.extend_batch(
+            {
+                name: torch.zeros(steps, per_rank, *shape, dtype=dtype)
+                for name, (shape, dtype) in fields.items()
+            }
+        )
+        save_replay(RunLayout(tmp_path / "stopped").replay(rank), shard.snapshot(), gstep=5)
     spec = _with_run(spec, resume_from=saved, time_limit_s=120.0)  # a hang ends as a failure
     result = run_engine(spec)
+    for rank, steps in enumerate(stored):
+        log = RunLayout(tmp_path / "resumed").log(f"learner{rank}").read_text()
+        source = RunLayout(tmp_path / "stopped").replay(rank)
+        assert f"learner{rank}: replay buffer restored from {source}: {per_rank * steps} transitions" in log
+        final = peek_replay(RunLayout(tmp_path / "resumed").replay(rank))
+        assert (final.gstep, final.transitions) == (12, per_rank * (steps + 12 - 5))
     assert result.stop_reason == "completed"
     assert result.collector_steps == [12, 12] and result.global_step == 12
     assert result.updates == 6 + 2 * (12 - 5)  # strict: num_updates per gstep after the resume point
