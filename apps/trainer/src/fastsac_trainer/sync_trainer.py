@@ -59,8 +59,9 @@ from fastsac_core import (
     updates_due,
 )
 from fastsac_trainer._episode_stats import EpisodeStats
+from fastsac_trainer.boot_clock import BootClock
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse
+from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse, time_left
 from fastsac_trainer.sync_eval import InlineEvaluation
 
 __all__ = ["SyncResult", "run_sync"]
@@ -175,6 +176,7 @@ def _snapshot(
     interval: _Interval,
     episodes: EpisodeStats,
     learning: bool,
+    time_left_s: float | None = None,
 ) -> Snapshot:
     wall = max(time.perf_counter() - interval.start, 1e-9)
     its = max(interval.iterations, 1)
@@ -207,6 +209,7 @@ def _snapshot(
         scalars=scalars,
         timing={"sync": stage_ms},
         warming_up=not learning,
+        time_left_s=time_left_s,
     )
 
 
@@ -255,6 +258,7 @@ def run_sync(
         interval = _Interval()
         last_reported = last_saved = iteration
         owed = 0  # updates due and not yet run (no complete transition to sample yet)
+        clock = BootClock()
         log.info("sync training %s from iteration %d to %d", plan.task_name, iteration, run.num_iterations)
         while iteration < run.num_iterations:
             if should_stop():
@@ -295,6 +299,7 @@ def run_sync(
                     # The next act() waits for these updates anyway; syncing here only moves that
                     # wait into the "update" stage so the timing tree is honest.
                     torch.cuda.synchronize(agent.device)
+                clock.mark("first update")
             t4 = time.perf_counter()
             for name, seconds in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 interval.stage_s[name] += seconds
@@ -305,7 +310,17 @@ def run_sync(
 
             if iteration % run.logging_interval == 0:
                 elapsed = elapsed_before + time.perf_counter() - start
-                report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
+                report(
+                    _snapshot(
+                        plan,
+                        iteration,
+                        elapsed,
+                        interval,
+                        episodes,
+                        agent.update_idx > 0,
+                        time_left(run.time_limit_s, elapsed - elapsed_before),
+                    )
+                )
                 interval, last_reported = _Interval(), iteration
             if iteration % run.save_interval == 0:
                 last_checkpoint = _save(plan, agent, iteration, elapsed_before + time.perf_counter() - start)
@@ -315,7 +330,17 @@ def run_sync(
 
         elapsed = elapsed_before + time.perf_counter() - start
         if iteration != last_reported:
-            report(_snapshot(plan, iteration, elapsed, interval, episodes, agent.update_idx > 0))
+            report(
+                _snapshot(
+                    plan,
+                    iteration,
+                    elapsed,
+                    interval,
+                    episodes,
+                    agent.update_idx > 0,
+                    time_left(run.time_limit_s, elapsed - elapsed_before),
+                )
+            )
         if iteration != last_saved or last_checkpoint is None:
             last_checkpoint = _save(plan, agent, iteration, elapsed)
             reporter.checkpoint_saved(last_checkpoint)
