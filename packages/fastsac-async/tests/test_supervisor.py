@@ -5,6 +5,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.testing import failing_worker, orphaning_parent, probing_worker, sleeping_worker
@@ -129,14 +131,18 @@ def test_shutdown_skips_workers_that_were_never_spawned_and_hurry_ends_the_joins
     assert time.monotonic() - start < 5.0
 
 
-def test_workers_are_forked_from_a_server_that_already_loaded_torch(tmp_path: Path) -> None:
-    """Each worker is a fork of one preloaded server (not of the parent) and sets its own threads."""
+def test_workers_are_forked_from_a_server_that_already_loaded_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker is a fork of one preloaded server, with its own threads and the parent's environment now."""
     import json
 
+    monkeypatch.delenv("FASTSAC_TEST_PROBE", raising=False)
     sup = Supervisor(tmp_path)
     outs = {name: tmp_path / f"{name}.json" for name in ("collector0", "learner0")}
     for (name, out), threads in zip(outs.items(), (1, 2), strict=True):
         sup.spawn(name, probing_worker, {"out": out}, threads=threads)
+        monkeypatch.setenv("FASTSAC_TEST_PROBE", "set after the first start")
     try:
         assert sorted(_wait_exit(sup, 60) + _wait_exit(sup, 60)) == ["collector0", "learner0"]
         facts = {name: json.loads(out.read_text()) for name, out in outs.items()}
@@ -146,3 +152,4 @@ def test_workers_are_forked_from_a_server_that_already_loaded_torch(tmp_path: Pa
     assert all(f["forker_loaded_torch"] and f["parent_pid"] == os.getpid() for f in facts.values())
     assert [facts[n]["omp_threads"] for n in outs] == ["1", "2"]
     assert [facts[n]["torch_threads"] for n in outs] == [1, 2]
+    assert [facts[n]["probe_variable"] for n in outs] == [None, "set after the first start"]

@@ -285,7 +285,8 @@ def probing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, o
     """Worker that writes, as JSON to ``out``, what it started from (Note [fork server]).
 
     Its parent's pid, whether that process had loaded torch's library before forking it, the run
-    parent's pid it was given, its ``OMP_NUM_THREADS`` and torch's thread count.
+    parent's pid it was given, its ``OMP_NUM_THREADS``, torch's thread count and the variable
+    ``FASTSAC_TEST_PROBE``.
     """
     import json
 
@@ -300,6 +301,7 @@ def probing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, o
             "parent_pid": parent_pid,
             "omp_threads": os.environ.get("OMP_NUM_THREADS"),
             "torch_threads": torch.get_num_threads(),
+            "probe_variable": os.environ.get("FASTSAC_TEST_PROBE"),
         }
         partial = out.with_suffix(".partial")
         partial.write_text(json.dumps(facts))

@@ -20,7 +20,13 @@ forked one inherits from the server instead, so:
   the OpenMP and BLAS libraries read their variables when torch loads them) and with the stop signals
   blocked (Note [worker signals]); each worker then sets its own thread count and variables;
 * a worker binds its own CPUs and memory first thing (``worker_boot``), before any large allocation;
-* a worker's parent process is the server, so the worker watches the run's parent by pid.
+* a worker's parent process is the server, so the worker watches the run's parent by pid;
+* the server's environment is the parent's when the server started: each worker is handed the
+  parent's environment as it is at the worker's start (:func:`run_in_environment`), so a variable the
+  parent sets between two runs (``MUJOCO_GL`` for clips, a compile cache folder) reaches the next
+  run's workers, as it did when they were spawned. What reads its variable at import (torch's
+  OpenMP and BLAS libraries) is covered by the first point; the rest (MuJoCo's GL back-end, CUDA's
+  visible devices, inductor's cache folder) is imported or initialised in the worker, after this.
 
 The monitor treats any worker that exits with a non-zero code (a raised exception, or death by a
 signal) as fatal: the caller stops everything and raises
@@ -46,7 +52,7 @@ from fastsac_async.exceptions import WorkerFailed
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.worker_process import STACK_DUMP_SIGNAL, stop_signals_blocked, worker_environment
 
-__all__ = ["PRELOAD", "Supervisor", "WorkerExit"]
+__all__ = ["PRELOAD", "Supervisor", "WorkerExit", "run_in_environment"]
 
 _log = logging.getLogger(__name__)
 
@@ -81,6 +87,13 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def run_in_environment(target: Callable[..., None], environ: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """In a worker: take the parent's environment ``environ`` as this process's, then ``target(**kwargs)``."""
+    os.environ.clear()
+    os.environ.update(environ)
+    target(**kwargs)
 
 
 class Supervisor:
@@ -135,7 +148,9 @@ class Supervisor:
         full = dict(kwargs, name=name, run_dir=self.run_dir, parent_pid=os.getpid(), threads=threads)
         RunLayout(self.run_dir).logs.mkdir(parents=True, exist_ok=True)
         self._ensure_server()
-        proc = self._ctx.Process(target=target, kwargs=full, name=name, daemon=True)
+        proc = self._ctx.Process(
+            target=run_in_environment, args=(target, dict(os.environ), full), name=name, daemon=True
+        )
         proc.start()
         self._procs[name] = proc
         _log.info("spawned %s (pid %s)", name, proc.pid)
