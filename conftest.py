@@ -44,12 +44,20 @@ _SESSION_DAEMON_ARGS = (b"from multiprocessing.forkserver import main",)
 
 
 def _is_session_daemon(pid: int) -> bool:
+    """A helper of the session: one whose program is a daemon's, or a fork server the test process started.
+
+    A worker forked by the fork server keeps the server's command line, so a server is recognised as
+    a child of the test process itself; its workers (its children) are judged like any other.
+    """
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
         return False
     argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
-    return Path(argv0).name in _SESSION_DAEMONS or any(arg in cmdline for arg in _SESSION_DAEMON_ARGS)
+    if Path(argv0).name in _SESSION_DAEMONS:
+        return True
+    return parent == os.getpid() and any(arg in cmdline for arg in _SESSION_DAEMON_ARGS)
 
 
 def _shm_entries() -> set[str]:

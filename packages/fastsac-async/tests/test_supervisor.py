@@ -9,7 +9,13 @@ import pytest
 
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.run_layout import RunLayout
-from fastsac_async.testing import failing_worker, orphaning_parent, probing_worker, sleeping_worker
+from fastsac_async.testing import (
+    UnpickledVariable,
+    failing_worker,
+    orphaning_parent,
+    probing_worker,
+    sleeping_worker,
+)
 
 
 def _wait_exit(sup: Supervisor, timeout_s: float) -> list[str]:
@@ -141,7 +147,7 @@ def test_workers_are_forked_from_a_server_that_already_loaded_torch(
     sup = Supervisor(tmp_path)
     outs = {name: tmp_path / f"{name}.json" for name in ("collector0", "learner0")}
     for (name, out), threads in zip(outs.items(), (1, 2), strict=True):
-        sup.spawn(name, probing_worker, {"out": out}, threads=threads)
+        sup.spawn(name, probing_worker, {"out": out, "unpickled": UnpickledVariable()}, threads=threads)
         monkeypatch.setenv("FASTSAC_TEST_PROBE", "set after the first start")
     try:
         assert sorted(_wait_exit(sup, 60) + _wait_exit(sup, 60)) == ["collector0", "learner0"]
@@ -153,3 +159,5 @@ def test_workers_are_forked_from_a_server_that_already_loaded_torch(
     assert [facts[n]["omp_threads"] for n in outs] == ["1", "2"]
     assert [facts[n]["torch_threads"] for n in outs] == [1, 2]
     assert [facts[n]["probe_variable"] for n in outs] == [None, "set after the first start"]
+    # In place before the worker's arguments are unpickled (which imports their modules).
+    assert [facts[n]["probe_variable_at_unpickle"] for n in outs] == [None, "set after the first start"]

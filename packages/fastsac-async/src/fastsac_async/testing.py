@@ -27,6 +27,7 @@ __all__ = [
     "FakeEnvFactory",
     "FirstActionsEnvFactory",
     "LearnerFaultEnvFactory",
+    "UnpickledVariable",
     "cpu_topology",
     "failing_worker",
     "janitor_parent",
@@ -281,7 +282,23 @@ def sleeping_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, 
         time.sleep(seconds)
 
 
-def probing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, out: Path) -> None:
+class UnpickledVariable:
+    """Keeps ``FASTSAC_TEST_PROBE`` as it was when the object was unpickled (a worker: before its body)."""
+
+    def __init__(self, value: str | None = None) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_unpickled_variable, ())
+
+
+def _unpickled_variable() -> UnpickledVariable:
+    return UnpickledVariable(os.environ.get("FASTSAC_TEST_PROBE"))
+
+
+def probing_worker(
+    *, name: str, run_dir: Path, parent_pid: int, threads: int, out: Path, unpickled: UnpickledVariable
+) -> None:
     """Worker that writes, as JSON to ``out``, what it started from (Note [fork server]).
 
     Its parent's pid, whether that process had loaded torch's library before forking it, the run
@@ -302,6 +319,7 @@ def probing_worker(*, name: str, run_dir: Path, parent_pid: int, threads: int, o
             "omp_threads": os.environ.get("OMP_NUM_THREADS"),
             "torch_threads": torch.get_num_threads(),
             "probe_variable": os.environ.get("FASTSAC_TEST_PROBE"),
+            "probe_variable_at_unpickle": unpickled.value,
         }
         partial = out.with_suffix(".partial")
         partial.write_text(json.dumps(facts))

@@ -22,11 +22,14 @@ forked one inherits from the server instead, so:
 * a worker binds its own CPUs and memory first thing (``worker_boot``), before any large allocation;
 * a worker's parent process is the server, so the worker watches the run's parent by pid;
 * the server's environment is the parent's when the server started: each worker is handed the
-  parent's environment as it is at the worker's start (:func:`run_in_environment`), so a variable the
+  parent's environment as it is at the worker's start (:class:`ParentEnvironment`, applied as the
+  first of its arguments is unpickled, before the others import their modules), so a variable the
   parent sets between two runs (``MUJOCO_GL`` for clips, a compile cache folder) reaches the next
-  run's workers, as it did when they were spawned. What reads its variable at import (torch's
-  OpenMP and BLAS libraries) is covered by the first point; the rest (MuJoCo's GL back-end, CUDA's
-  visible devices, inductor's cache folder) is imported or initialised in the worker, after this.
+  run's workers, as it did when they were spawned. What the server itself imported read its
+  variables at the server's start (torch's OpenMP and BLAS libraries: the first point); MuJoCo's GL
+  back-end, CUDA's visible devices and inductor's cache folder are loaded or initialised in the
+  worker, after its environment is in place. (A main script that imports MuJoCo at its top is run
+  again in each worker before the arguments are unpickled, as under spawn.)
 
 The monitor treats any worker that exits with a non-zero code (a raised exception, or death by a
 signal) as fatal: the caller stops everything and raises
@@ -52,7 +55,7 @@ from fastsac_async.exceptions import WorkerFailed
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.worker_process import STACK_DUMP_SIGNAL, stop_signals_blocked, worker_environment
 
-__all__ = ["PRELOAD", "Supervisor", "WorkerExit", "run_in_environment"]
+__all__ = ["PRELOAD", "ParentEnvironment", "Supervisor", "WorkerExit", "run_in_environment"]
 
 _log = logging.getLogger(__name__)
 
@@ -89,10 +92,35 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def run_in_environment(target: Callable[..., None], environ: dict[str, str], kwargs: dict[str, Any]) -> None:
-    """In a worker: take the parent's environment ``environ`` as this process's, then ``target(**kwargs)``."""
+class ParentEnvironment:
+    """The parent's environment, applied in the worker the moment it is unpickled.
+
+    It is the first argument of :func:`run_in_environment`, so it takes effect before the rest of the
+    worker's arguments are unpickled: unpickling those imports their modules (an env factory's module
+    imports MuJoCo, which reads ``MUJOCO_GL`` when it loads).
+
+    Args:
+        environ: The variables, as ``os.environ`` holds them in the parent.
+    """
+
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.environ = environ
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_applied_environment, (self.environ,))
+
+
+def _applied_environment(environ: dict[str, str]) -> ParentEnvironment:
     os.environ.clear()
     os.environ.update(environ)
+    return ParentEnvironment(environ)
+
+
+def run_in_environment(
+    environ: ParentEnvironment, target: Callable[..., None], kwargs: dict[str, Any]
+) -> None:
+    """In a worker: ``target(**kwargs)``; ``environ`` put the parent's environment in place when unpickled."""
+    del environ  # its work is done (ParentEnvironment.__reduce__)
     target(**kwargs)
 
 
@@ -149,7 +177,10 @@ class Supervisor:
         RunLayout(self.run_dir).logs.mkdir(parents=True, exist_ok=True)
         self._ensure_server()
         proc = self._ctx.Process(
-            target=run_in_environment, args=(target, dict(os.environ), full), name=name, daemon=True
+            target=run_in_environment,
+            args=(ParentEnvironment(dict(os.environ)), target, full),
+            name=name,
+            daemon=True,
         )
         proc.start()
         self._procs[name] = proc
