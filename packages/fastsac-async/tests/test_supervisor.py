@@ -108,7 +108,7 @@ def test_workers_ignore_stop_signals_from_birth_and_a_stuck_one_is_killed_with_i
     pid = sup.pid("collector0")
     assert pid is not None
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1):
-        os.kill(pid, sig)  # the child is still starting Python: the signals are blocked, then ignored
+        os.kill(pid, sig)  # the worker is still starting: the signals are blocked, then ignored
     log = RunLayout(tmp_path).log("collector0")
     deadline = time.monotonic() + 60
     while "sleeping" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:

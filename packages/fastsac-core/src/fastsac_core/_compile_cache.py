@@ -17,8 +17,9 @@
 # of this package that builds a ``torch.compile`` function calls it first (the agent's steps and batch
 # preparation, the inference policy), so every process that compiles -- the synchronous trainer, each
 # spawned learner, a collector compiling its policy -- applies it before its first compile, and the
-# trainer app's parent applies it at start, before it spawns anything. A spawned process inherits the
-# parent's environment, so all of a run's processes make the same choice; inductor's compile worker
+# trainer app's parent applies it at start, before it starts any worker. Every worker takes the
+# parent's environment at its start (fastsac_async's Note [fork server]), so all of a run's processes
+# make the same choice; inductor's compile worker
 # processes, started at the first compile, inherit the variable too. Torch reads the folder at each
 # cache access, so setting it after ``torch._dynamo`` is imported but before the first compile is in
 # time (``test_compile_cache.py`` checks that a second process finds the first one's entries there).
