@@ -121,6 +121,19 @@ def test_the_failing_learner_is_named_not_the_peer_its_failure_broke(tmp_path: P
     assert "update 4 failed (injected)" in failure.error_log.read_text(), "its traceback, even if cut short"
 
 
+@pytest.mark.slow
+def test_a_learner_that_fails_and_exits_leaves_no_partial_file(tmp_path: Path) -> None:
+    """A learner that raises and exits (not killed) may die mid-write: its partial files are removed."""
+    torn = RunLayout(tmp_path).checkpoints / ".replay_rank0.pt.x1y2.tmp"  # a writer thread's leftover
+    torn.parent.mkdir(parents=True, exist_ok=True)
+    torn.write_bytes(b"half a replay file")
+    factory = LearnerFaultEnvFactory(step_delay_s=0.002, rank=0, fail_at_update=4, slow_teardown_s=0.0)
+    with pytest.raises(WorkerFailed) as info:
+        run_engine(_spec(tmp_path, factory))
+    assert info.value.worker == "learner0" and info.value.exitcode == 1, str(info.value)
+    assert not torn.exists()
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_a_sigkilled_parent_of_a_cuda_ipc_run_leaves_no_process_and_no_segment(

@@ -179,9 +179,12 @@ class AsyncEngine:
                     before_group=lambda i: control.release_learners() if i == 1 else None,
                     hurry=should_abort,
                 )
-                if any(name in self._learners for name in killed):  # maybe in the middle of a save
+                # A learner killed, or one that failed, may have been in the middle of a save (its
+                # replay writer is a thread that dies with it): every learner is gone by now.
+                failed = [n for n in self._learners if n in killed or (n in sup.names and sup.exitcode(n))]
+                if failed:
                     for tmp in discard_partial_checkpoints(spec.run.layout.checkpoints):
-                        _log.info("removed %s (a checkpoint its killed writer did not finish)", tmp)
+                        _log.info("removed %s (a file its writer, %s, did not finish)", tmp, "/".join(failed))
 
             def close_queues() -> None:
                 for q in queues.values():
