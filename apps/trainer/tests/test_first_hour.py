@@ -285,5 +285,6 @@ def test_each_lazy_package_loads_every_name_it_exports(package: str) -> None:
 
     module = importlib.import_module(package)
     assert set(module._HOME_OF) == set(module.__all__)
+    assert set(module.__all__) <= set(dir(module)), "dir() and completion list the names not loaded yet"
     for name in module.__all__:
         assert getattr(module, name) is getattr(importlib.import_module(module._HOME_OF[name]), name)

@@ -259,6 +259,12 @@ def run_sync(
         last_reported = last_saved = iteration
         owed = 0  # updates due and not yet run (no complete transition to sample yet)
         clock = BootClock()
+
+        def report_interval(elapsed: float) -> None:
+            learning = agent.update_idx > 0
+            left = time_left(run.time_limit_s, elapsed - elapsed_before)
+            report(_snapshot(plan, iteration, elapsed, interval, episodes, learning, left))
+
         log.info("sync training %s from iteration %d to %d", plan.task_name, iteration, run.num_iterations)
         while iteration < run.num_iterations:
             if should_stop():
@@ -310,17 +316,7 @@ def run_sync(
 
             if iteration % run.logging_interval == 0:
                 elapsed = elapsed_before + time.perf_counter() - start
-                report(
-                    _snapshot(
-                        plan,
-                        iteration,
-                        elapsed,
-                        interval,
-                        episodes,
-                        agent.update_idx > 0,
-                        time_left(run.time_limit_s, elapsed - elapsed_before),
-                    )
-                )
+                report_interval(elapsed)
                 interval, last_reported = _Interval(), iteration
             if iteration % run.save_interval == 0:
                 last_checkpoint = _save(plan, agent, iteration, elapsed_before + time.perf_counter() - start)
@@ -330,17 +326,7 @@ def run_sync(
 
         elapsed = elapsed_before + time.perf_counter() - start
         if iteration != last_reported:
-            report(
-                _snapshot(
-                    plan,
-                    iteration,
-                    elapsed,
-                    interval,
-                    episodes,
-                    agent.update_idx > 0,
-                    time_left(run.time_limit_s, elapsed - elapsed_before),
-                )
-            )
+            report_interval(elapsed)
         if iteration != last_saved or last_checkpoint is None:
             last_checkpoint = _save(plan, agent, iteration, elapsed)
             reporter.checkpoint_saved(last_checkpoint)

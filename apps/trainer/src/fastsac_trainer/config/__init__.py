@@ -4,8 +4,9 @@ Each name loads its module on first use (``__getattr__``): the app's error class
 (``fastsac_trainer.config.exceptions``) come without hydra or the libraries.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fastsac_trainer._lazy import home_of, lazy_exports
 
 if TYPE_CHECKING:
     from fastsac_trainer.config.compose import compose_config, condense_error, explicit_keys
@@ -68,14 +69,5 @@ _HOMES = {  # the module that defines each exported name
     "fastsac_trainer.config.store": ("DEFAULT_TASK", "PRIMARY_CONFIG", "register_configs", "task_node"),
     "fastsac_trainer.config.validate": ("check_device", "normalize_switch", "validate_config"),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """Load an exported name from its module on first use."""
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later uses find it without this function
-    return value
+_HOME_OF = home_of(_HOMES)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
