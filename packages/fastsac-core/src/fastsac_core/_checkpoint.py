@@ -160,19 +160,33 @@ def _write_atomically(path: Path, payload: dict[str, Any]) -> Path:
 
 
 def _read(path: str | os.PathLike[str], map_location: Any, mmap: bool = False) -> dict[str, Any]:
-    path = Path(path)
+    return read_payload(
+        Path(path), "checkpoint", FORMAT, map_location=map_location, mmap=mmap,
+        missing="; check the path (or resume=false)",
+        unreadable="; it is corrupt or not a fastsac-core checkpoint: delete it or resume from an older one",
+    )  # fmt: skip
+
+
+def read_payload(
+    path: Path, kind: str, fmt: str, *, map_location: Any, mmap: bool, missing: str, unreadable: str
+) -> dict[str, Any]:
+    """The dict a fastsac-core file of format ``fmt`` holds (a checkpoint, a replay file).
+
+    Raises:
+        CheckpointError: The file is missing (``<kind> <path> does not exist<missing>``), cannot be
+            read (``... cannot be read (<error>)<unreadable>``) or has another format.
+    """
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist; check the path (or resume=false)")
+        raise CheckpointError(f"{kind} {str(path)!r} does not exist{missing}")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:  # torch raises many types for a torn or foreign file
         raise CheckpointError(
-            f"checkpoint {str(path)!r} cannot be read ({type(exc).__name__}: {exc}); it is corrupt or not"
-            " a fastsac-core checkpoint: delete it or resume from an older one"
+            f"{kind} {str(path)!r} cannot be read ({type(exc).__name__}: {exc}){unreadable}"
         ) from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") != fmt:
         seen = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise CheckpointError(f"checkpoint {str(path)!r} has format {seen!r}; expected {FORMAT!r}")
+        raise CheckpointError(f"{kind} {str(path)!r} has format {seen!r}; expected {fmt!r}")
     return payload
 
 

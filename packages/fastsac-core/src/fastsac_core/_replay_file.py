@@ -31,9 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from ._checkpoint import _write_atomically
+from ._checkpoint import _write_atomically, read_payload
 from ._replay import ReplayBuffer
 from .exceptions import CheckpointError, ReplayBufferError
 
@@ -93,20 +91,11 @@ def _info(path: Path, payload: dict[str, Any]) -> ReplayFileInfo:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise CheckpointError(f"replay file {str(path)!r} does not exist")
-    try:
-        # mmap: a restore copies each block straight from the page cache, never a whole second copy.
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as exc:  # torch raises many types for a torn or foreign file
-        raise CheckpointError(
-            f"replay file {str(path)!r} cannot be read ({type(exc).__name__}: {exc}); delete it to resume"
-            " with an empty replay buffer"
-        ) from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        seen = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise CheckpointError(f"replay file {str(path)!r} has format {seen!r}; expected {FORMAT!r}")
-    return payload
+    # mmap: a restore copies each block straight from the page cache, never a whole second copy.
+    return read_payload(
+        path, "replay file", FORMAT, map_location="cpu", mmap=True, missing="",
+        unreadable="; delete it to resume with an empty replay buffer",
+    )  # fmt: skip
 
 
 def peek_replay(path: str | os.PathLike[str]) -> ReplayFileInfo:
