@@ -29,7 +29,7 @@ class Boot:
     def worker_state(self, name: str, state: str) -> None:
         self.states.append((name, state))
 
-    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
         self.states.append((name, "failed"))
 
 

@@ -165,12 +165,15 @@ def test_boot_count_shows_the_total_from_the_start() -> None:
 
 
 def test_failure_after_training_started_is_not_a_boot_failure() -> None:
-    """A worker dying after the first report is reported as 'worker failed', not 'boot failed'."""
-    console = PlainConsole(io.StringIO(), "t")
-    console.report(_snapshot(2))
-    console.failed("collector1", "exited with code -9", None)
-    assert console.failure is not None
-    assert console.failure.line() == "worker failed: collector1: exited with code -9"
+    """A failure the engine places after release is 'worker failed', even before the first report."""
+    for console in (
+        PlainConsole(io.StringIO(), "t"),
+        RichConsole(Console(file=io.StringIO()), "t", keys=False, live=False),
+    ):
+        console.failed("collector1", "exited with code -9", None, during_boot=False)
+        assert console.failure is not None
+        assert console.failure.line() == "worker failed: collector1: exited with code -9"
+        console.close()
 
 
 def test_rich_training_tabs_render_overview_timing_system() -> None:

@@ -1,7 +1,8 @@
 """A newcomer's first hour (issue #31): bad inputs, help for every command, imports of the quick paths.
 
 Each bad input is one line and exit 2, creating nothing; a mistyped command gets the nearest one; help,
-version and such mistakes answer without importing torch or hydra.
+version and such mistakes answer without importing torch or hydra; a worker that fails once training
+runs is named with its exception.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ if "DictObs-v0" not in gym.registry:
     gym.register("DictObs-v0", entry_point=DictObs)
 '''
 
+FAILING_ENV = '''
+"""make(num_envs, seed, fail_at_step): a fake batched env whose step raises at step fail_at_step."""
+
+from fastsac_async.testing import FailingEnvFactory
+
+
+def make(num_envs, seed, fail_at_step):
+    return FailingEnvFactory(fail_at_step)(num_envs, seed)
+'''
+
 MISSING_MODULE = "fastsac_no_such_module"
 """A module no test puts on the path: the env module of a run whose module is gone."""
 
@@ -66,6 +77,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "afile").write_text("not a folder\n")
     (root / "mods").mkdir()
     (root / "mods" / "dict_obs_env.py").write_text(DICT_ENV)
+    (root / "mods" / "failing_env.py").write_text(FAILING_ENV)
     return root
 
 
@@ -288,3 +300,45 @@ def test_each_lazy_package_loads_every_name_it_exports(package: str) -> None:
     assert set(module.__all__) <= set(dir(module)), "dir() and completion list the names not loaded yet"
     for name in module.__all__:
         assert getattr(module, name) is getattr(importlib.import_module(module._HOME_OF[name]), name)
+
+
+@pytest.mark.slow
+def test_a_worker_failing_while_training_is_named_with_its_exception(world: Path) -> None:
+    """An env raising on its 31st step: the last line names the exception, says worker (not boot) failed.
+
+    The real async trainer, as a user runs it (a subprocess, its workers forked), at its smallest.
+    """
+    from shm_transport import list_segments
+
+    args = [
+        *_train(world, "gym"),
+        "task.env_factory=failing_env:make",
+        "task.env_kwargs={fail_at_step:31}",
+        "algo.trainer.asynchronous=true",
+        "algo.trainer.num_learning_iterations=1000",  # never reached: the env fails first
+        "algo.trainer.eval_interval_s=null",
+        "algo.trainer.logging_interval=1000",  # no report before the failure: only the engine knows
+        "algo.agent.learning_starts=2",
+        "algo.agent.batch_size=32",
+        "algo.agent.num_updates=1",
+        "algo.agent.actor_hidden_dim=16",
+        "algo.agent.critic_hidden_dim=16",
+        "run_name=fails",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(world / "mods"))
+    with subprocess.Popen(
+        [sys.executable, "-m", "fastsac_trainer", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+    assert proc.returncode == 1, out + err
+    last = err.splitlines()[-1]
+    named = (
+        "error: worker failed: collector0: raised RuntimeError: env exploded at step 31 (exited with code 1)"
+    )
+    assert last.startswith(named), last
+    assert "boot failed" not in out + err
+    assert not [s for s in list_segments() if s.creator_pid == proc.pid], "the run left segments in /dev/shm"

@@ -1,5 +1,6 @@
 import contextlib
 import multiprocessing as mp
+import multiprocessing.forkserver
 import os
 import signal
 import time
@@ -39,19 +40,25 @@ def _pid_alive(pid: int) -> bool:
 def test_exception_writes_traceback_and_names_the_worker(tmp_path: Path) -> None:
     """A raising worker exits 1, its error log holds the traceback, and the failure names both."""
     sup = Supervisor(tmp_path)
-    sup.spawn("collector3", failing_worker, {"message": "boom in env"}, threads=1)
+    sup.spawn("collector3", failing_worker, {"message": "boom in env\nmore of it"}, threads=1)
     assert _wait_exit(sup, 60) == ["collector3"]
     assert sup.exitcode("collector3") == 1
     error_log = RunLayout(tmp_path).error_log("collector3")
     text = error_log.read_text()
-    assert "Traceback" in text and "RuntimeError: boom in env" in text
-    message = str(sup.failure(WorkerExit("collector3", sup.exitcode("collector3"))))
-    assert "collector3" in message and "exited with code 1" in message and str(error_log) in message
+    assert "Traceback" in text and "RuntimeError: boom in env\nmore of it" in text
+    failure = sup.failure(WorkerExit("collector3", sup.exitcode("collector3")))
+    assert failure.error == "RuntimeError: boom in env", "the exception's type and first line"
+    message = str(failure)
+    assert message.startswith("worker collector3 raised RuntimeError: boom in env (exited with code 1); ")
+    assert str(error_log) in message
     assert "boom in env" in RunLayout(tmp_path).log("collector3").read_text()
 
 
 def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path) -> None:
     """SIGKILL of one worker is seen at once; shutdown stops the other within the bound."""
+    stale = RunLayout(tmp_path).error_log("collector0")  # an earlier launch's, in the same run folder
+    stale.parent.mkdir(parents=True)
+    stale.write_text("collector0 (pid 1) failed: ValueError: of another launch\n")
     sup = Supervisor(tmp_path)
     sup.spawn("learner0", sleeping_worker, {"seconds": 120.0}, threads=1)
     sup.spawn("collector0", sleeping_worker, {"seconds": 120.0}, threads=1)
@@ -66,6 +73,7 @@ def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path)
     assert _wait_exit(sup, 10) == ["collector0"]
     message = str(sup.failure(WorkerExit("collector0", sup.exitcode("collector0"))))
     assert "killed by signal 9" in message and "no traceback" in message
+    assert "another launch" not in message
     start = time.monotonic()
     sup.shutdown([["collector0"], ["learner0"]], timeout_s=1.0, before_group=lambda i: None)
     # The worst case is join (1 s), stack dump (0.2 s), kill and join (2 s): 3.2 s, plus slack for
@@ -73,6 +81,22 @@ def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path)
     assert time.monotonic() - start < 10.0
     assert sup.alive() == []
     sup.shutdown([["learner0"]], timeout_s=1.0, before_group=lambda i: None)  # idempotent
+
+
+def test_a_dead_fork_server_is_named(tmp_path: Path) -> None:
+    """Killing the fork server kills its workers; the failure names the server, not a bare exit 255."""
+    sup = Supervisor(tmp_path)
+    sup.spawn("collector0", sleeping_worker, {"seconds": 120.0}, threads=1)
+    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    assert server is not None
+    os.kill(server, signal.SIGKILL)
+    assert _wait_exit(sup, 30) == ["collector0"]
+    message = str(sup.failure(WorkerExit("collector0", sup.exitcode("collector0"))))
+    assert f"the fork server (pid {server}) that started the workers was killed by signal 9" in message
+    sup.shutdown([["collector0"]], timeout_s=1.0, before_group=lambda i: None)
+    later = Supervisor(tmp_path / "later")  # the next run starts a new server
+    later.spawn("collector0", sleeping_worker, {"seconds": 0.0}, threads=1)
+    assert _wait_exit(later, 60) == ["collector0"] and later.exitcode("collector0") == 0
 
 
 def test_worker_dies_with_its_parent(tmp_path: Path) -> None:

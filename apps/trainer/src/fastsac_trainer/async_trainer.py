@@ -26,6 +26,7 @@ from fastsac_async import (
     WorkerFailed,
     run_engine,
 )
+from fastsac_async.worker_process import evaluator_name
 from fastsac_core import learning_started
 from fastsac_trainer.boot_clock import BootClock
 from fastsac_trainer.config.placement import resolve_placement
@@ -44,8 +45,8 @@ class BootView(Protocol):
         """Worker ``name`` is now ``state`` (booting, ready, running)."""
         ...
 
-    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
-        """Worker ``name`` failed for ``reason``; its error log is at ``log_path``."""
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
+        """Worker ``name`` failed for ``reason`` (during start-up or not); its error log: ``log_path``."""
         ...
 
 
@@ -122,6 +123,7 @@ def eval_point(report: EvalReport, num_envs: int) -> EvalPoint:
         best_return=report.best_return,
         seconds=report.seconds,
         video=None if report.video is None else Path(report.video),
+        video_error=report.video_error,
     )
 
 
@@ -159,7 +161,7 @@ def run_async(
     per_collector = topology.num_envs_per_collector
 
     reported_step = -1
-    evals = EvalLog(reporter)
+    evals = EvalLog(reporter, clip_log=plan.run.layout.log(evaluator_name()))
     clock = BootClock()
 
     def on_stats(stats: EngineStats) -> None:
@@ -190,12 +192,14 @@ def run_async(
         result: EngineResult = run_engine(spec, on_stats, on_boot, should_stop, should_abort)
     except WorkerFailed as failure:
         if boot_view is not None:
-            boot_view.failed(failure.worker, str(failure), failure.error_log)
+            boot_view.failed(
+                failure.worker, failure.reason, failure.error_log, during_boot=failure.during_boot
+            )
         raise
     except BootTimeoutError as failure:
         if boot_view is not None:
             for worker in failure.waiting_for:
-                boot_view.failed(worker, "did not report ready", None)
+                boot_view.failed(worker, "did not report ready", None, during_boot=True)
         raise
     return AsyncResult(
         iterations=result.global_step,

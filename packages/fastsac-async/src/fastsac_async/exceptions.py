@@ -47,23 +47,44 @@ class AsyncConfigError(AsyncEngineError, ValueError):
 class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the issue use)
     """A worker process exited unexpectedly; the run was stopped.
 
+    Its message is ``worker <worker> <reason>``.
+
     Attributes:
         worker: Name of the worker (``collector1``, ``learner0``).
         exitcode: Its exit code; negative for death by signal (``-9`` for SIGKILL), None if unknown.
         error_log: Path of its traceback file (``async_errors/<worker>_error.log``), which may not
             exist when the worker was killed by a signal.
         log_path: Path of its log file (``logs/<worker>.log``).
+        during_boot: Whether it failed before every worker was released (start-up), not while training.
+        error: The exception it raised, one line (``ValueError: bad action``); None when it wrote none
+            (killed by a signal).
+        reason: What happened, without the worker's name: the exception, the exit status, when, and
+            where the traceback and the log are.
     """
 
     def __init__(
-        self, worker: str, exitcode: int | None, error_log: Path, log_path: Path, detail: str = ""
+        self,
+        worker: str,
+        exitcode: int | None,
+        error_log: Path,
+        log_path: Path,
+        *,
+        during_boot: bool = False,
+        error: str | None = None,
+        detail: str = "",
     ) -> None:
         self.worker = worker
         self.exitcode = exitcode
         self.error_log = error_log
         self.log_path = log_path
-        super().__init__(
-            f"worker {worker} {describe_exit(exitcode)}; "
+        self.during_boot = during_boot
+        self.error = error
+        status = describe_exit(exitcode)
+        what = status if error is None else f"raised {error} ({status})"
+        self.reason = (
+            what
+            + (" during start-up" if during_boot else "")
+            + "; "
             + (detail + "; " if detail else "")
             + (
                 f"traceback in {error_log}"
@@ -72,6 +93,7 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
             )
             + f"; its log is {log_path}"
         )
+        super().__init__(f"worker {worker} {self.reason}")
 
 
 class BootTimeoutError(AsyncEngineError):

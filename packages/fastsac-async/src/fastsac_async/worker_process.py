@@ -15,7 +15,16 @@
 4. sets its thread variables (:func:`worker_environment`) and torch's thread count (the fork
    server loaded torch's OpenMP and BLAS libraries with one thread);
 5. on an uncaught exception, writes the full traceback to ``RunLayout.error_log(worker)``
-   and exits with code 1.
+   and exits with code 1. The file's first line names the exception (Note [error log header]).
+
+# Note [error log header]
+A worker's error log starts with one line, ``<worker> (pid <pid>) failed: <exception line>``, the
+exception line being :func:`exception_line` (``ValueError: bad action``), then the traceback. The
+parent reads that line back (:func:`recorded_exception`) once the worker has exited, to name the
+error on the console. The file, not a message on a queue, carries it: it is written synchronously
+before the worker unwinds (:func:`record_failure`), by every kind of worker, also when its
+teardown is cut short or its stats queue is full, and it is the file the console line points to, so
+the two cannot disagree. A worker killed by a signal writes none: the parent names the signal.
 
 # Note [worker signals]
 A terminal and a job manager signal every process of a job, not only the one they started: Ctrl+C
@@ -64,8 +73,10 @@ __all__ = [
     "bind",
     "collector_name",
     "evaluator_name",
+    "exception_line",
     "learner_name",
     "record_failure",
+    "recorded_exception",
     "reporting_failure",
     "seed",
     "stop_signals_blocked",
@@ -202,6 +213,38 @@ def _redirect_output(path: Path) -> None:
 _recorded: list[BaseException] = []
 """Failures whose traceback this process already wrote (a worker records its failure before it unwinds)."""
 
+_FAILED = " failed: "
+"""What separates the worker from the exception line in an error log's header (Note [error log header])."""
+_EXCEPTION_LINE_MAX = 300
+"""Longest exception line (characters) an error log's header keeps; the traceback keeps all of it."""
+
+
+def exception_line(exc: BaseException) -> str:
+    """The exception's type and the first line of its message, as a traceback ends: ``ValueError: bad``.
+
+    The type is qualified by its module unless it is a built-in; the line is cut at 300 characters.
+    """
+    kind = type(exc)
+    name = (
+        kind.__qualname__
+        if kind.__module__ in ("builtins", "__main__")
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    message = str(exc).strip().splitlines()
+    line = f"{name}: {message[0]}" if message else name
+    return line if len(line) <= _EXCEPTION_LINE_MAX else line[: _EXCEPTION_LINE_MAX - 1] + "…"
+
+
+def recorded_exception(error_log: Path) -> str | None:
+    """The exception line of a worker's error log (Note [error log header]); None without one."""
+    try:
+        with error_log.open(encoding="utf-8", errors="replace") as file:
+            header = file.readline().rstrip("\n")
+    except OSError:
+        return None
+    _, found, line = header.partition(_FAILED)
+    return line if found and line else None
+
 
 def record_failure(run_dir: Path, name: str, exc: BaseException) -> None:
     """Write ``exc``'s traceback to the worker's error log and its log, now (once per exception).
@@ -212,7 +255,7 @@ def record_failure(run_dir: Path, name: str, exc: BaseException) -> None:
     path = RunLayout(run_dir).error_log(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(traceback.format_exception(exc))
-    path.write_text(f"{name} (pid {os.getpid()}) failed:\n{text}")
+    path.write_text(f"{name} (pid {os.getpid()}){_FAILED}{exception_line(exc)}\n{text}")
     _log.error("%s failed; traceback written to %s\n%s", name, path, text.rstrip())
     _recorded.append(exc)
 

@@ -3,7 +3,8 @@
 The async trainer calls a :class:`BootView` (the console implements it): one
 ``worker_state(name, state)`` per change of a worker (``waiting`` for every worker before the first is
 spawned, then ``booting`` -> ``ready`` -> ``running``), and
-``failed(name, reason, log_path)`` when a worker dies or the boot deadline passes.
+``failed(name, reason, log_path, during_boot=...)`` when a worker dies or the boot deadline passes: the
+engine knows whether every worker had been released (training) or not (start-up), and says so.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ class BootView(Protocol):
         """Worker ``name`` (``learner0``, ``collector3``) is now in ``state`` (``booting``...)."""
         ...
 
-    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
-        """Worker ``name`` failed to boot for ``reason``; its error log is at ``log_path``."""
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
+        """Worker ``name`` failed for ``reason``, during start-up or after; its error log: ``log_path``."""
         ...
 
 
@@ -55,7 +56,7 @@ class BootFailure:
     log_path: Path | None
     """The worker's error log, when it has one."""
     during_boot: bool = True
-    """False when the worker died after training had started."""
+    """False when the worker died after every worker was released (training had started)."""
 
     def line(self) -> str:
         """The one line printed for the failure (``boot failed: ...`` or ``worker failed: ...``)."""

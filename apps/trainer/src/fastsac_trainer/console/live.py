@@ -89,10 +89,10 @@ class RichConsole:
         with self._lock:
             self.board.worker_state(name, state)
 
-    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
-        """Show a boot failure in the gate line (the CLI prints its line once after the view closes)."""
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
+        """Show a worker's failure in the gate line (the CLI prints its line once after the view closes)."""
         with self._lock:
-            self.board.failed(name, reason, log_path, during_boot=self._first is None)
+            self.board.failed(name, reason, log_path, during_boot=during_boot)
 
     @property
     def failure(self) -> BootFailure | None:

@@ -94,9 +94,9 @@ class PlainConsole:
         if state != "waiting":
             self._write(f"boot: {name} {state} ({self.board.ready_count}/{len(self.board.states)} ready)")
 
-    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
-        """Record a boot failure (the CLI prints its line once, on stderr)."""
-        self.board.failed(name, reason, log_path, during_boot=self._first is None)
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
+        """Record a worker's failure, during start-up or not (the CLI prints its line once, on stderr)."""
+        self.board.failed(name, reason, log_path, during_boot=during_boot)
 
     @property
     def failure(self) -> BootFailure | None:

@@ -37,8 +37,8 @@ class TrainerConsole(Protocol):
         """A worker's boot state changed."""
         ...
 
-    def failed(self, name: str, reason: str, log_path: Path | None) -> None:
-        """A worker failed to boot."""
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
+        """A worker failed, during start-up or after every worker was released."""
         ...
 
     @property

@@ -118,8 +118,10 @@ class RunWatch:
         collectors = len(self._collectors)
         return self._collectors[slot] if slot < collectors else self._learners[slot - collectors]
 
-    def first_failure(self, exits: list[WorkerExit], detail: str = "") -> WorkerFailed | None:
+    def first_failure(self, exits: list[WorkerExit], *, during_boot: bool = False) -> WorkerFailed | None:
         """The failed worker to name, if any (Note [naming the failed worker]); None while none failed.
+
+        ``during_boot``: the workers have not all been released yet (the failure says so).
 
         # Note [naming the failed worker]
         A worker marks its failure in ``Control`` the moment an exception leaves its body, before it
@@ -137,16 +139,16 @@ class RunWatch:
         dead = [e for e in exits if e.exitcode != 0]
         signalled = [e for e in dead if e.exitcode is not None and e.exitcode < 0]
         if signalled:
-            return sup.failure(signalled[0], detail)
+            return sup.failure(signalled[0], during_boot=during_boot)
         if not marks:
-            return sup.failure(dead[0], detail) if dead else None
+            return sup.failure(dead[0], during_boot=during_boot) if dead else None
         name = self._worker_of_slot(min(marks, key=lambda slot: marks[slot]))
         control.request_stop()
         sup.join([name], time.monotonic() + _MARKED_EXIT_WAIT_S)
         later = [e for e in sup.new_exits() if e.exitcode is not None and e.exitcode < 0]
         if later:
-            return sup.failure(later[0], detail)
-        return sup.failure(WorkerExit(name, sup.exitcode(name)), detail)
+            return sup.failure(later[0], during_boot=during_boot)
+        return sup.failure(WorkerExit(name, sup.exitcode(name)), during_boot=during_boot)
 
     def boot(
         self,
@@ -167,9 +169,9 @@ class RunWatch:
 
         def abort() -> bool:
             exits = sup.new_exits()
-            failure = self.first_failure(exits, "during start-up")
+            failure = self.first_failure(exits, during_boot=True)
             if failure is None and exits:  # any exit before ready fails the boot, a clean one too
-                failure = sup.failure(exits[0], "during start-up")
+                failure = sup.failure(exits[0], during_boot=True)
             if failure is not None:
                 dead.append(failure)
             return bool(dead) or should_stop()

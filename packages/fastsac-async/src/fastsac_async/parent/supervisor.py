@@ -31,9 +31,15 @@ forked one inherits from the server instead, so:
   worker, after its environment is in place. (A main script that imports MuJoCo at its top is run
   again in each worker before the arguments are unpickled, as under spawn.)
 
+If the server dies, every worker dies with it (``PR_SET_PDEATHSIG``), and multiprocessing reports
+each one's exit code as 255, since the status it would have read from the server is lost: a failure
+with that code while the server is gone names the server (:func:`fork_server_death`).
+
 The monitor treats any worker that exits with a non-zero code (a raised exception, or death by a
 signal) as fatal: the caller stops everything and raises
-:class:`~fastsac_async.exceptions.WorkerFailed` naming the worker, its exit status and its error log.
+:class:`~fastsac_async.exceptions.WorkerFailed` naming the worker, the exception it raised (read
+back from its error log: Note [error log header] in :mod:`fastsac_async.worker_process`), its exit
+status and its error log.
 """
 
 from __future__ import annotations
@@ -51,11 +57,23 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from fastsac_async.exceptions import WorkerFailed
+from fastsac_async.exceptions import WorkerFailed, describe_exit
 from fastsac_async.run_layout import RunLayout
-from fastsac_async.worker_process import STACK_DUMP_SIGNAL, stop_signals_blocked, worker_environment
+from fastsac_async.worker_process import (
+    STACK_DUMP_SIGNAL,
+    recorded_exception,
+    stop_signals_blocked,
+    worker_environment,
+)
 
-__all__ = ["PRELOAD", "ParentEnvironment", "Supervisor", "WorkerExit", "run_in_environment"]
+__all__ = [
+    "PRELOAD",
+    "ParentEnvironment",
+    "Supervisor",
+    "WorkerExit",
+    "fork_server_death",
+    "run_in_environment",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -90,6 +108,44 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+_LOST_STATUS = 255
+"""The exit code multiprocessing gives a forked worker whose fork server died (Note [fork server])."""
+_SERVER_EXIT_WAIT_S = 1.0
+"""Longest wait for a dying fork server's exit, once a worker ended with :data:`_LOST_STATUS`."""
+
+
+def fork_server_death(wait_s: float = _SERVER_EXIT_WAIT_S) -> str | None:
+    """Words for this process's fork server if it has died (Note [fork server]); None while it runs.
+
+    A worker's end is seen when the server's pipes close, a moment before the server's own exit is:
+    this waits up to ``wait_s`` for it. The server is not reaped here (``WNOWAIT``): multiprocessing
+    reaps it, and starts a new one for the next run.
+    """
+    pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    if pid is None:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped: gone
+            return f"the fork server (pid {pid}) that started the workers is gone"
+        if ended is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    if ended is None:
+        return None
+    status = (
+        describe_exit(-ended.si_status)
+        if ended.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+        else describe_exit(ended.si_status)
+    )
+    return (
+        f"the fork server (pid {pid}) that started the workers {status}, taking every worker with "
+        f"it (exit code {_LOST_STATUS} stands for a status that was lost)"
+    )
 
 
 class ParentEnvironment:
@@ -174,7 +230,11 @@ class Supervisor:
             threads: Its intra-op threads (the worker sets them, and its thread variables, itself).
         """
         full = dict(kwargs, name=name, run_dir=self.run_dir, parent_pid=os.getpid(), threads=threads)
-        RunLayout(self.run_dir).logs.mkdir(parents=True, exist_ok=True)
+        layout = RunLayout(self.run_dir)
+        layout.logs.mkdir(parents=True, exist_ok=True)
+        # An earlier launch's error log (a resume into the same folder) would be read as this
+        # worker's; its traceback is in the worker's log too, which is appended to.
+        layout.error_log(name).unlink(missing_ok=True)
         self._ensure_server()
         proc = self._ctx.Process(
             target=run_in_environment,
@@ -216,14 +276,24 @@ class Supervisor:
                 out.append(WorkerExit(name, proc.exitcode))
         return out
 
-    def failure(self, exit_: WorkerExit, detail: str = "") -> WorkerFailed:
-        """The error describing a failed worker."""
+    def failure(self, exit_: WorkerExit, *, during_boot: bool = False) -> WorkerFailed:
+        """The error describing a failed worker: the exception in its error log, or its fork server's death.
+
+        Args:
+            exit_: The worker and its exit code.
+            during_boot: It failed before every worker was released.
+        """
+        layout = RunLayout(self.run_dir)
+        error_log = layout.error_log(exit_.name)
+        server = fork_server_death() if exit_.exitcode == _LOST_STATUS else None
         return WorkerFailed(
             exit_.name,
             exit_.exitcode,
-            RunLayout(self.run_dir).error_log(exit_.name),
-            RunLayout(self.run_dir).log(exit_.name),
-            detail,
+            error_log,
+            layout.log(exit_.name),
+            during_boot=during_boot,
+            error=recorded_exception(error_log),
+            detail=server or "",
         )
 
     def join(self, names: list[str], deadline: float, hurry: Callable[[], bool] = lambda: False) -> None:
