@@ -180,6 +180,8 @@ def test_clips_are_of_the_first_and_every_kth_evaluation_and_a_failed_one_costs_
     assert all(r is not None for r in reports)
     videos = [r.video for r in reports if r is not None]
     assert videos == [str(tmp_path / "clip_10.mp4"), None, None, None, str(tmp_path / "clip_50.mp4")]
+    errors = [r.video_error for r in reports if r is not None]
+    assert errors == [None, None, "RuntimeError: no OpenGL context", None, None], "the failed one says why"
     assert recorder.calls == 3, "evaluations 1, 3 (its recorder failed) and 5"
     assert (tmp_path / "clip_10.mp4").read_text() == "0.25 3", "the evaluated weights, the eval seed"
     assert sorted(f.name for f in tmp_path.iterdir()) == ["clip_10.mp4", "clip_50.mp4"]
@@ -191,3 +193,24 @@ def test_clips_are_of_the_first_and_every_kth_evaluation_and_a_failed_one_costs_
     )  # fmt: skip
     report = stopped.evaluate(gstep=1, should_stop=lambda: stopping.stop_asked)  # a stop during the clip
     assert report is not None and report.video is None and not (tmp_path / "stopped").exists()
+
+
+def test_failed_clips_log_the_first_traceback_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every failed clip's report says why in one line; the log holds the traceback of the first only."""
+
+    class Failing(_Recorder):
+        def __call__(self, *args: object, **kwargs: object) -> int | None:
+            raise RuntimeError("EGL: no display\nsecond line")
+
+    ev = Evaluator(
+        settings=EvalSettings(interval=1, episodes=1, video_every=1, video=Failing()),
+        policy=_policy(0.0), env_factory=FACTORY, dims=DIMS, agent=CFG, best_path=None,
+        clip_file=lambda gstep: tmp_path / f"clip_{gstep}.mp4",
+    )  # fmt: skip
+    with caplog.at_level("DEBUG", logger="fastsac_async.evaluator.loop"):
+        reports = [ev.evaluate(gstep=g) for g in (1, 2, 3)]
+    assert [r.video_error for r in reports if r is not None] == ["RuntimeError: EGL: no display"] * 3
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert [(r.levelname, bool(r.exc_info)) for r in failed] == [
+        ("WARNING", True), ("DEBUG", False), ("DEBUG", False)
+    ]  # fmt: skip

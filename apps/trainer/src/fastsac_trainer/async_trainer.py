@@ -26,6 +26,7 @@ from fastsac_async import (
     WorkerFailed,
     run_engine,
 )
+from fastsac_async.worker_process import evaluator_name
 from fastsac_core import learning_started
 from fastsac_trainer.boot_clock import BootClock
 from fastsac_trainer.config.placement import resolve_placement
@@ -122,6 +123,7 @@ def eval_point(report: EvalReport, num_envs: int) -> EvalPoint:
         best_return=report.best_return,
         seconds=report.seconds,
         video=None if report.video is None else Path(report.video),
+        video_error=report.video_error,
     )
 
 
@@ -159,7 +161,7 @@ def run_async(
     per_collector = topology.num_envs_per_collector
 
     reported_step = -1
-    evals = EvalLog(reporter)
+    evals = EvalLog(reporter, clip_log=plan.run.layout.log(evaluator_name()))
     clock = BootClock()
 
     def on_stats(stats: EngineStats) -> None:

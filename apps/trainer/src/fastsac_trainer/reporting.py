@@ -8,11 +8,14 @@ console and the TensorBoard writer are reporters.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 __all__ = ["EvalLog", "EvalPoint", "Reporter", "Snapshot", "replay_reuse", "time_left"]
+
+_log = logging.getLogger(__name__)
 
 
 def replay_reuse(updates_per_s: float, batch_size: int, env_steps_per_s: float) -> float:
@@ -47,6 +50,8 @@ class EvalPoint:
     """Wall time the evaluation took."""
     video: Path | None = None
     """The clip recorded of the evaluated weights (``algo.trainer.eval_video_every``), its GIF beside it."""
+    video_error: str | None = None
+    """Why the clip due with this evaluation failed (one line), if it did."""
 
 
 @dataclass(kw_only=True)
@@ -97,18 +102,31 @@ class Reporter(Protocol):
 class EvalLog:
     """A trainer's evaluations: each handed to the reporter once, the latest shown with every snapshot.
 
+    The first clip that fails is said once (a warning of this module's logger, which the console
+    shows): its reason and where the traceback is; later failures are only in that log.
+
     Args:
         reporter: Where each evaluation goes (:meth:`Reporter.evaluated`).
+        clip_log: The log of the process that records the clips (it holds a failed clip's traceback).
     """
 
-    def __init__(self, reporter: Reporter) -> None:
+    def __init__(self, reporter: Reporter, clip_log: Path | None = None) -> None:
         self._reporter = reporter
+        self._clip_log = clip_log
+        self._clip_failure_said = False
         self.last: EvalPoint | None = None
         """The latest evaluation of the run so far."""
 
     def add(self, point: EvalPoint) -> None:
         """An evaluation finished: the reporter gets it now."""
         self.last = point
+        if point.video_error is not None and not self._clip_failure_said:
+            self._clip_failure_said = True
+            where = "" if self._clip_log is None else f"; traceback in {self._clip_log}"
+            _log.warning(
+                "no clip of the evaluation at iteration %d: %s; training goes on, and later clips that "
+                "fail are only logged%s", point.iteration, point.video_error, where,
+            )  # fmt: skip
         self._reporter.evaluated(point)
 
     def report(self, snapshot: Snapshot) -> None:

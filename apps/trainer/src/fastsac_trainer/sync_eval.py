@@ -59,5 +59,5 @@ class InlineEvaluation:
         return EvalPoint(
             iteration=iteration, env_steps=iteration * self._num_envs, mean_return=report.mean_return,
             mean_length=report.mean_length, best_return=report.best_return, seconds=report.seconds,
-            video=None if report.video is None else Path(report.video),
+            video=None if report.video is None else Path(report.video), video_error=report.video_error,
         )  # fmt: skip

@@ -245,7 +245,7 @@ def run_sync(
     stop_reason: StopReason = "completed"
     settings = plan.run.evaluation
     evaluation = None if settings is None else InlineEvaluation(plan, settings, iteration)
-    evals = EvalLog(reporter)
+    evals = EvalLog(reporter, clip_log=plan.run.layout.parent_log)
     report = evals.report
 
     try:

@@ -3,7 +3,9 @@
 One episode of the run's env (reset with the eval seed), rendered offscreen by MuJoCo
 (``MUJOCO_GL`` from :func:`fastsac_trainer.rendering.select_gl`) and encoded with imageio's ffmpeg (H.264).
 Frames: the reset state, then one per step until the episode ends or ``max_steps`` steps. A file
-appears whole or not at all (written beside, then renamed).
+appears whole or not at all (written beside, then renamed). The camera is the factory's
+``video_camera`` (``task.video_camera``: the locomotion tasks' ``track`` camera follows the body); a
+name the env's model lacks is refused in one line (:func:`check_camera`).
 
 :class:`EvalClips` is the clip recorder of evaluations during training
 (``algo.trainer.eval_video_every``): the MP4, and beside it a GIF of the same clip (at most
@@ -17,14 +19,26 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from fastsac_core import InferencePolicy
 
-__all__ = ["CLIP_SIZE", "GIF_MAX_FRAMES", "EvalClips", "VideoInfo", "gif_of", "record_video"]
+if TYPE_CHECKING:
+    from fastsac_trainer.config.exceptions import TrainerAppError
+    from fastsac_trainer.tasks import MujocoEnvFactory
+
+__all__ = [
+    "CLIP_SIZE",
+    "GIF_MAX_FRAMES",
+    "EvalClips",
+    "VideoInfo",
+    "check_camera",
+    "gif_of",
+    "record_video",
+]
 
 CLIP_SIZE = 256
 """Width and height, in pixels, of the clips of evaluations (a multiple of 16)."""
@@ -86,10 +100,15 @@ def record_video(
             "gymnasium id; record videos of gymnasium tasks (task.env_id), or render your env yourself"
         )
     import_env_module(factory.env_import)
+    camera = {} if factory.video_camera is None else {"camera_name": factory.video_camera}
     with quiet_mujoco_compiler():
         env: Any = gym.make(factory.env_id, render_mode="rgb_array", width=width, height=height,
-                            max_episode_steps=factory.max_episode_steps, **factory.env_kwargs)  # fmt: skip
+                            max_episode_steps=factory.max_episode_steps, **camera,
+                            **factory.env_kwargs)  # fmt: skip
     try:
+        fault = _camera_fault(factory, env)
+        if fault is not None:
+            raise fault
         obs, _ = env.reset(seed=seed)
         frames = [env.render()]
         for _ in range(max_steps):
@@ -118,6 +137,51 @@ def record_video(
     if gif:
         _write_whole(out.with_suffix(".gif"), gif_of(frames, fps))
     return VideoInfo(out, len(frames), fps)
+
+
+def _camera_fault(factory: MujocoEnvFactory, env: Any) -> TrainerAppError | None:
+    """The one-line error of a ``video_camera`` that ``env`` (made from ``factory``) lacks; None if fine.
+
+    gymnasium renders a camera name its model lacks with its free default view, silently: this says so.
+    """
+    from fastsac_trainer.config.exceptions import TrainerAppError
+
+    name = factory.video_camera
+    if name is None:
+        return None
+    model = getattr(env.unwrapped, "model", None)
+    names = [] if model is None else [model.camera(i).name for i in range(model.ncam) if model.camera(i).name]
+    if name in names:
+        return None
+    have = f"its cameras are {', '.join(map(repr, names))}" if names else "it has no named camera"
+    return TrainerAppError(
+        f"task.video_camera={name!r} is invalid: {factory.env_id} has no camera of that name ({have}); "
+        "name one of its cameras, or task.video_camera=null for gymnasium's default view"
+    )
+
+
+def check_camera(factory: object) -> None:
+    """Refuse a ``video_camera`` the env of ``factory`` lacks, before any clip is due (one env is made).
+
+    Raises:
+        TrainerAppError: One line: the camera, the env's cameras, the fix.
+    """
+    import gymnasium as gym
+
+    from fastsac_trainer.tasks import MujocoEnvFactory, import_env_module
+    from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
+
+    if not isinstance(factory, MujocoEnvFactory) or factory.video_camera is None:
+        return
+    import_env_module(factory.env_import)
+    with quiet_mujoco_compiler():
+        env: Any = gym.make(factory.env_id, **factory.env_kwargs)
+    try:
+        fault = _camera_fault(factory, env)
+    finally:
+        env.close()
+    if fault is not None:
+        raise fault
 
 
 def _write_whole(path: Path, data: bytes) -> None:

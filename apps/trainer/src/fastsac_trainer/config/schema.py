@@ -88,6 +88,9 @@ class TaskConfig:
     """Environments stepped per iteration (split across collectors)."""
     max_episode_steps: int | None = None
     """Override of the env's time limit; None keeps the env's own (1000 for the v5 tasks)."""
+    video_camera: str | None = None
+    """Camera of the videos and clips: a camera of the env's MuJoCo model by name (the locomotion tasks
+    set ``track``, which follows the body); null: gymnasium's default view, which stays put."""
     env_kwargs: Any = None
     """``task=gym``: keyword arguments of ``gymnasium.make`` or of ``env_factory`` (``{key:value}``);
     null: none. Typed ``Any`` so that ``task.env_kwargs={...}`` replaces the whole mapping."""

@@ -34,6 +34,7 @@ def task_node(spec: TaskSpec) -> dict[str, Any]:
             "env_id": spec.env_id,
             "num_envs": spec.num_envs,
             "max_episode_steps": spec.max_episode_steps,
+            "video_camera": spec.video_camera,
         },
         "algo": {
             "agent": dict(spec.agent_overrides),

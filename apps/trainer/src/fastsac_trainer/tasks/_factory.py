@@ -60,6 +60,9 @@ class MujocoEnvFactory:
     """Module imported before ``gymnasium.make`` (it registers the env); None: none."""
     keep_wrappers: bool = False
     """Step the env with its registered wrappers (a user's env) instead of unwrapped (the built-ins)."""
+    video_camera: str | None = None
+    """Camera of its videos, by name in the env's MuJoCo model (``fastsac_trainer.video``); None:
+    gymnasium's default view. Collectors never render: only videos read it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))  # a copy of plain containers

@@ -21,7 +21,12 @@ from fastsac_trainer.tasks.exceptions import TaskError, UnknownTaskError
 if TYPE_CHECKING:
     from fastsac_trainer.tasks._factory import MujocoEnvFactory
 
-__all__ = ["DEFAULT_TASK", "GYM_TASK", "TASKS", "TaskSpec", "get_task", "task_names"]
+__all__ = ["DEFAULT_TASK", "GYM_TASK", "TASKS", "TRACKING_CAMERA", "TaskSpec", "get_task", "task_names"]
+
+TRACKING_CAMERA = "track"
+"""The camera the gymnasium v5 locomotion models define to follow the body (``mode="trackcom"``: it keeps
+its offset from the body's centre of mass). gymnasium 1.x renders with a free camera that stays where
+the episode started unless a camera is named, so an Ant leaves that frame within seconds."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +47,9 @@ class TaskSpec:
     """:class:`FastSACConfig` fields that differ from the recipe defaults for this task."""
     max_episode_steps: int | None = None
     """Time limit override; None keeps the env's own (1000 for the v5 tasks)."""
+    video_camera: str | None = None
+    """Camera of the task's videos (``task.video_camera``), by its name in the env's MuJoCo model;
+    None: gymnasium's default view, a camera that stays put."""
 
     def __post_init__(self) -> None:
         known = {f.name for f in dataclasses.fields(FastSACConfig)}
@@ -67,7 +75,7 @@ class TaskSpec:
         from fastsac_trainer.tasks._factory import MujocoEnvFactory  # gymnasium and MuJoCo: only when asked
 
         limit = max_episode_steps if max_episode_steps is not None else self.max_episode_steps
-        return MujocoEnvFactory(env_id=self.env_id, max_episode_steps=limit)
+        return MujocoEnvFactory(env_id=self.env_id, max_episode_steps=limit, video_camera=self.video_camera)
 
 
 # Shared by the locomotion tasks (wiki/tasks.md, "Common settings").
@@ -97,6 +105,7 @@ TASKS: Mapping[str, TaskSpec] = MappingProxyType(
                 # batch 7168 = 16 samples per env.
                 num_envs=448,
                 num_learning_iterations=20_000,
+                video_camera=TRACKING_CAMERA,
                 # ~5 healthy + ~1-3 forward reward per step -> discounted values ~500-900.
                 agent_overrides=_locomotion(
                     v_min=-100.0, v_max=1000.0, buffer_size=2048, learning_starts=20, batch_size=7168
@@ -108,6 +117,7 @@ TASKS: Mapping[str, TaskSpec] = MappingProxyType(
                 description="Ant-v5: quadruped running forward",
                 num_envs=512,
                 num_learning_iterations=10_000,
+                video_camera=TRACKING_CAMERA,
                 # ~1 healthy + forward velocity (up to ~7/step), ctrl cost down to -4/step.
                 agent_overrides=_locomotion(v_min=-200.0, v_max=1000.0, buffer_size=2048, learning_starts=20),
             ),
@@ -117,6 +127,7 @@ TASKS: Mapping[str, TaskSpec] = MappingProxyType(
                 description="HalfCheetah-v5: planar cheetah running forward, no termination",
                 num_envs=256,
                 num_learning_iterations=12_000,
+                video_camera=TRACKING_CAMERA,
                 # forward velocity up to ~15/step, backwards flips ~-5/step.
                 agent_overrides=_locomotion(v_min=-500.0, v_max=1600.0, buffer_size=4096, learning_starts=40),
             ),
@@ -126,6 +137,7 @@ TASKS: Mapping[str, TaskSpec] = MappingProxyType(
                 description="Hopper-v5: planar one-legged hopper",
                 num_envs=256,
                 num_learning_iterations=8_000,
+                video_camera=TRACKING_CAMERA,
                 # 1 healthy + forward velocity up to ~3.5/step.
                 agent_overrides=_locomotion(v_min=-50.0, v_max=500.0, buffer_size=4096, learning_starts=40),
             ),
@@ -135,6 +147,7 @@ TASKS: Mapping[str, TaskSpec] = MappingProxyType(
                 description="Walker2d-v5: planar biped walking forward",
                 num_envs=256,
                 num_learning_iterations=12_000,
+                video_camera=TRACKING_CAMERA,
                 # 1 healthy + forward velocity up to ~5/step.
                 agent_overrides=_locomotion(v_min=-50.0, v_max=600.0, buffer_size=4096, learning_starts=40),
             ),

@@ -6,10 +6,15 @@
   wrappers kept, after importing ``task.env_import``.
 - ``task=gym task.env_factory=pkg.module:make``: the user's batched env,
   ``make(num_envs, seed, **task.env_kwargs)``.
+
+The camera of a run's videos is ``task.video_camera`` as the config holds it (the task's
+``TaskSpec.video_camera`` unless the user set another; null: gymnasium's default view), or the task's
+for a run folder saved before the setting existed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +38,7 @@ def env_factory_for(task: Mapping[str, Any]) -> EnvFactory:
     env_id, target = task.get("env_id"), task.get("env_factory")
     kwargs, module = dict(task.get("env_kwargs") or {}), task.get("env_import")
     limit = task.get("max_episode_steps")
+    camera = task.get("video_camera", spec.video_camera)
     if spec is not GYM_TASK:
         given = {"env_factory": target, "env_import": module, "env_kwargs": kwargs or None}
         if env_id != spec.env_id:
@@ -43,7 +49,7 @@ def env_factory_for(task: Mapping[str, Any]) -> EnvFactory:
                     f"task.{key}={value!r} is invalid: task={spec.name} trains its built-in {spec.env_id} "
                     f"with settings tuned for it; use task=gym task.{key}=... for your own environment"
                 )
-        return spec.env_factory(limit)
+        return dataclasses.replace(spec.env_factory(limit), video_camera=camera)
     if target is not None:
         if env_id is not None:
             raise TaskError(
@@ -61,5 +67,6 @@ def env_factory_for(task: Mapping[str, Any]) -> EnvFactory:
             "(or task.env_factory=package.module:function)"
         )
     return MujocoEnvFactory(
-        env_id=env_id, max_episode_steps=limit, env_kwargs=kwargs, env_import=module, keep_wrappers=True
-    )
+        env_id=env_id, max_episode_steps=limit, env_kwargs=kwargs, env_import=module, keep_wrappers=True,
+        video_camera=camera,
+    )  # fmt: skip

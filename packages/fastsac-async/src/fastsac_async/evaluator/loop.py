@@ -19,8 +19,9 @@ never replaces a better best with a worse one.
 
 With ``EvalSettings.video_every`` = K, the 1st, (K+1)-th, ... evaluation of a launch also records
 one episode of the same weights with ``EvalSettings.video`` (``RunLayout.eval_clip``: the global
-step is in the name); the report names the file. A clip that fails is logged and skipped: a
-renderer's trouble never stops training.
+step is in the name); the report names the file. A clip that fails is skipped (a renderer's trouble
+never stops training): the report says why in one line (``EvalReport.video_error``), and the log
+holds the traceback of the launch's first failed clip (each report is logged too, its reason with it).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ class EvalReport:
     """The best mean return so far (this one's included)."""
     video: str | None = None
     """The clip recorded of these weights, if one was (``EvalSettings.video_every``)."""
+    video_error: str | None = None
+    """Why the clip due with this evaluation was not recorded (one line: the error's type and first
+    line), if it failed."""
 
 
 def best_return_of(path: Path | None) -> float:
@@ -130,6 +134,7 @@ class Evaluator:
         self._last_gstep = start_gstep
         self._clip_file = clip_file
         self._evaluations = 0  # finished in this launch
+        self._clip_failures = 0  # in this launch
 
     def due(self, gstep: int) -> bool:
         """Whether an evaluation is due at global step ``gstep`` (either interval since the last one)."""
@@ -163,7 +168,7 @@ class Evaluator:
                            "eval_seed": s.seed},
                 )  # fmt: skip
         self._evaluations += 1
-        video = self._record_clip(gstep, should_stop)
+        video, video_error = self._record_clip(gstep, should_stop)
         return EvalReport(
             global_step=gstep,
             weight_version=version,
@@ -174,25 +179,36 @@ class Evaluator:
             best=best,
             best_return=self.best_return,
             video=None if video is None else str(video),
+            video_error=video_error,
         )
 
-    def _record_clip(self, gstep: int, should_stop: Callable[[], bool]) -> Path | None:
-        """The clip of the policy's weights when this evaluation is one to record; None otherwise."""
+    def _record_clip(self, gstep: int, should_stop: Callable[[], bool]) -> tuple[Path | None, str | None]:
+        """The clip of the policy's weights when this evaluation is one to record, or why it failed."""
         s = self.settings
         if s.video is None or not s.video_every or self._clip_file is None:
-            return None
+            return None, None
         if (self._evaluations - 1) % s.video_every:
-            return None
+            return None, None
         out = self._clip_file(gstep)
         try:
             frames = s.video(self.policy, s.seed, out, should_stop)
-        except Exception:  # a renderer's failure costs the clip, never the run
-            _log.exception("no clip of the evaluation at global step %d; training goes on", gstep)
-            return None
+        except Exception as error:  # a renderer's failure costs the clip, never the run
+            reason = _error_line(error)
+            self._clip_failures += 1
+            first = self._clip_failures == 1  # the traceback once; the report carries every reason
+            _log.log(logging.WARNING if first else logging.DEBUG, "the clip of global step %d failed (%s)",
+                     gstep, reason, exc_info=first)  # fmt: skip
+            return None, reason
         if frames is None:
-            return None
+            return None, None
         _log.info("clip of global step %d: %s (%d frames)", gstep, out, frames)
-        return out
+        return out, None
+
+
+def _error_line(error: BaseException) -> str:
+    """``error`` in one line: its type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 class PublishedWeights:
