@@ -184,6 +184,28 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], list[str]], str]] = [
         lambda w: [*_train(w), "+algo.agent.foo=1"],
         "error: algo.agent.foo is not a setting; the nearest known: ",
     ),
+    # Item 4: what does not fit this host is refused before anything starts (sizes beyond any host).
+    (
+        "a replay buffer larger than the host's memory",
+        lambda w: [*_train(w), "algo.agent.buffer_size=500000000000"],
+        "error: algo.agent.buffer_size=500000000000 is invalid: host memory cannot hold the replay buffer "
+        "(500000000000 steps x 2 envs, ",
+    ),
+    (
+        "more envs than the host's memory holds, async",
+        lambda w: [*_train(w), "algo.trainer.asynchronous=true", "task.num_envs=2000000000"],
+        "error: task.num_envs=2000000000 is invalid: host memory cannot hold the replay buffer (",
+    ),
+    (
+        "rings larger than the host's memory",
+        lambda w: [
+            *_train(w),
+            "algo.trainer.asynchronous=true",
+            "algo.trainer.async_options.ring_capacity=100000000000",
+        ],
+        "error: algo.trainer.async_options.ring_capacity=100000000000 is invalid: host memory cannot hold "
+        "the replay buffer (",
+    ),
     # Item 6: a mistyped command.
     (
         "a mistyped command",
@@ -300,6 +322,22 @@ def test_each_lazy_package_loads_every_name_it_exports(package: str) -> None:
     assert set(module.__all__) <= set(dir(module)), "dir() and completion list the names not loaded yet"
     for name in module.__all__:
         assert getattr(module, name) is getattr(importlib.import_module(module._HOME_OF[name]), name)
+
+
+@pytest.mark.gpu
+def test_a_replay_buffer_larger_than_the_gpu_is_refused_naming_the_gpu(
+    world: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CUDA learner's replay is checked against its GPU's free memory: one line, exit 2, nothing created."""
+    before = sorted(world.rglob("*"))
+    with pytest.raises(SystemExit) as info:
+        main([*_train(world), "algo.trainer.device=cuda", "algo.agent.buffer_size=500000000000"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert err.startswith(
+        "error: algo.agent.buffer_size=500000000000 is invalid: cuda:0 memory cannot hold the replay buffer"
+    ), err
+    assert sorted(world.rglob("*")) == before
 
 
 @pytest.mark.slow

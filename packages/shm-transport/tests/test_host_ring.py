@@ -60,6 +60,12 @@ def test_satisfies_protocol_and_names_segment(ring: HostRing) -> None:
     assert (seg.SHM_DIR / ring.name).exists()
 
 
+def test_nbytes_is_the_size_of_the_segment_create_makes(ring: HostRing) -> None:
+    """HostRing.nbytes(layout, capacity) is the file size of the ring's segment in /dev/shm."""
+    assert HostRing.nbytes(LAYOUT, 4) == (seg.SHM_DIR / ring.name).stat().st_size
+    assert HostRing.nbytes(LAYOUT, 8) > HostRing.nbytes(LAYOUT, 4)
+
+
 def test_the_producer_handle_opens_a_producer_end_of_the_same_ring(ring: HostRing) -> None:
     """``producer_handle()`` pickles, and its ``open_producer()`` pushes into this ring; slots are on cpu."""
     handle = pickle.loads(pickle.dumps(ring.producer_handle()))

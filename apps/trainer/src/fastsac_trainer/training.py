@@ -1,8 +1,9 @@
 """Training runs, from their overrides to their exit code: what the CLI and the Python API run.
 
 :func:`train_run` is one run: join the hosts (under torchrun), compose and validate the config,
-check a resume, resolve the placement, claim the run folder, print what the run will do, then run
-the synchronous or asynchronous trainer with the console (``fastsac_trainer.launch``).
+check a resume, resolve the placement, check that its memory fits the host, claim the run folder, print
+what the run will do, then run the synchronous or asynchronous trainer with the console
+(``fastsac_trainer.launch``).
 :func:`train_seeds` trains the runs of a seed list (``seed=1,2,3``, ``fastsac_trainer.seeds``) one after
 another. A :class:`RunOutcome` passed to :func:`train_run` records how the run ended, for the Python API
 (``fastsac_trainer.api.train``).
@@ -110,6 +111,8 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
 
     from fastsac_async import RunLayout
     from fastsac_trainer.arguments import composed, one_launch_settings
+    from fastsac_trainer.config.compose import explicit_keys
+    from fastsac_trainer.config.memory import check_memory
     from fastsac_trainer.config.placement import describe_placement, resolve_placement
     from fastsac_trainer.launch import (
         check_resumable,
@@ -139,6 +142,7 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
             outcome.nothing_to_train(previous_run or resume_from.parent, resume_from)
         return 0
     topology = resolve_placement(run, run.dims, cuda_count) if run.asynchronous else None
+    check_memory(run, topology, explicit_keys(overrides))  # Note [memory check]
     placement = describe_placement(run, topology)
     if cluster is not None:  # every host agrees before anything starts
         placement = f"{placement}\n{cluster.agree(run, topology, resumed_at)}"

@@ -101,6 +101,11 @@ class HostRing(BlockingRingOps):
         self._slot_shapes = tuple(torch.Size((layout.num_envs, *spec.shape)) for _, spec in layout.fields)
 
     # ----------------------------------------------------------------------------------- lifecycle
+    @staticmethod
+    def nbytes(layout: RingLayout, capacity: int) -> int:
+        """Bytes of the shared-memory segment :meth:`create` makes for ``layout`` and ``capacity``."""
+        return _ring_nbytes(layout, capacity)
+
     @classmethod
     def create(cls, layout: RingLayout, capacity: int, *, debug: bool = False) -> HostRing:
         """Create a ring (in the parent process, which becomes the creator and must ``unlink`` it).
