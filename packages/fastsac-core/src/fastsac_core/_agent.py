@@ -9,6 +9,7 @@ prepares the batch (normalizer statistics merged over ranks, normalisation) and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 
 from . import _state
+from ._background_compile import BackgroundCompile
 from ._compile_cache import use_compile_cache
 from ._distributed import ProcessGroup, sync_normalizer_stats, sync_reward_scale
 from ._execution import ExecutionPolicy
@@ -31,6 +33,8 @@ from .env import EnvDims
 from .exceptions import ConfigError
 
 __all__ = ["FastSACAgent", "UpdateNoise", "build_actor", "sync_normalizers"]
+
+log = logging.getLogger(__name__)
 
 Observations = tuple[Tensor, Tensor, Tensor, Tensor]
 """Normalised ``(obs, next_obs, critic_obs, next_critic_obs)``."""
@@ -124,20 +128,69 @@ class FastSACAgent:
 
         e = self.execution
         self.precision = Precision(e.amp_dtype, loss_scaling=e.loss_scaling, cache_casts=not step_graphs)
-        self.steps = UpdateSteps(self.model, cfg, self.precision, e, self.device, process_group)
+        # With a background compile: eager steps until it switches (Note [Compile in the background]).
+        first = e.eager() if e.background else e
+        self.steps = UpdateSteps(self.model, cfg, self.precision, first, self.device, process_group)
+        self._accumulate_fn, self._normalize_fn = self._preparation(first.compile_prepare)
+        zero = torch.zeros((), device=self.device)
+        self.last_actor_metrics = (zero, zero.clone())
+        """The latest call's actor metrics, reported by calls that ran no actor step."""
+        self.compiled_at: int | None = 0 if e.compile_steps and not e.background else None
+        """The update the compiled steps took over at (0: from the start); None while the steps are eager
+        (a background compile still running or failed, or a policy without ``compile_steps``)."""
+        self._background = BackgroundCompile(self, cfg.num_updates) if e.background else None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the updates run the compiled steps now."""
+        return self.compiled_at is not None
+
+    def _preparation(
+        self, compiled: bool
+    ) -> tuple[Callable[[Tensor, Tensor], None], Callable[..., Observations]]:
+        """The batch preparation's two halves, compiled or not."""
         accumulate: Callable[[Tensor, Tensor], None] = self._accumulate_obs
         normalize: Callable[[Tensor, Tensor, Tensor, Tensor], Observations] = self._normalize_obs
-        if e.compile_prepare:
+        if compiled:
             use_compile_cache()  # before the first compile (Note [compile cache])
             # Eagerly, the normalizers' statistics and the normalisation are a dozen memory-bound passes
             # over the sampled rows (float64 temporaries included); compiled, each half fuses into a few
             # kernels. ``fullgraph``: a graph break raises instead of silently running pieces eagerly.
-            accumulate = torch.compile(accumulate, fullgraph=True)
-            normalize = torch.compile(normalize, fullgraph=True)
-        self._accumulate_fn, self._normalize_fn = accumulate, normalize
-        zero = torch.zeros((), device=self.device)
-        self.last_actor_metrics = (zero, zero.clone())
-        """The latest call's actor metrics, reported by calls that ran no actor step."""
+            backend = self.execution.backend
+            accumulate = torch.compile(accumulate, fullgraph=True, backend=backend)
+            normalize = torch.compile(normalize, fullgraph=True, backend=backend)
+        return accumulate, normalize
+
+    def _maybe_switch(self) -> None:
+        """At an update boundary: switch to the background compile's steps once they are built.
+
+        A failed build is said once (one warning) and the eager steps stay (Note [Compile in the
+        background]).
+        """
+        build = self._background
+        if build is None or not build.done():
+            return
+        self._background = None
+        if build.steps is None:
+            reason = build.error if build.error is not None else "stopped"
+            log.warning(
+                "compiling the update step in the background failed after %.1f s (%s: %s); "
+                "training continues with the eager step (set algo.agent.compile_in_background=false "
+                "to compile before the first update and see the full error)",
+                build.seconds, type(reason).__name__, reason,
+            )  # fmt: skip
+            return
+        build.model.copy_from(self.model)
+        self.model, self.steps = build.model, build.steps
+        self._accumulate_fn, self._normalize_fn = self._preparation(self.execution.compile_prepare)
+        self.compiled_at = self.update_idx
+        log.info("compiled update ready after %.1f s; switched at update %d", build.seconds, self.update_idx)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop a background compile still running (joined for at most ``timeout_s``); idempotent."""
+        if self._background is not None:
+            self._background.close(timeout_s)
+            self._background = None
 
     # ------------------------------------------------------------------ preparing a batch
 
@@ -205,6 +258,7 @@ class FastSACAgent:
                 f"a batch of {rows} rows cannot be split into num_updates={num_updates} minibatches"
             )
         size = rows // num_updates
+        self._maybe_switch()
         batch = self.prepare(batch)
         if noise is None:
             shape = (rows, self.dims.act_dim)

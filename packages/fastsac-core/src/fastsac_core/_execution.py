@@ -18,8 +18,9 @@ creates it), and the warm-up all-reduces run for real on the side stream.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 import torch
 
@@ -55,6 +56,12 @@ class ExecutionPolicy:
     """Autocast dtype of the losses; None: float32."""
     loss_scaling: bool
     """fp16 loss scaling through a GradScaler (needs ``in_halves``)."""
+    background: bool = False
+    """Start with the eager steps and build the compiled ones in a background thread, switching at an
+    update boundary once they are ready (Note [Compile in the background]); needs ``compile_steps``,
+    whole steps (one rank, no loss scaling) and no ``regions`` graphs."""
+    backend: str | Callable[..., Any] = "inductor"
+    """torch.compile's backend for the steps and the batch preparation (tests use lighter ones)."""
 
     def __post_init__(self) -> None:
         if self.graphs == "regions" and (self.in_halves or not self.compile_steps):
@@ -64,6 +71,19 @@ class ExecutionPolicy:
             )
         if self.loss_scaling and not self.in_halves:
             raise ConfigError("loss_scaling=True needs in_halves=True (the scaler steps eagerly)")
+        if self.background and (not self.compile_steps or self.in_halves or self.graphs == "regions"):
+            raise ConfigError(
+                f"background=True needs compiled whole steps without region graphs, got compile_steps="
+                f"{self.compile_steps}, in_halves={self.in_halves}, graphs={self.graphs!r}; "
+                "use background=False"
+            )
+
+    def eager(self) -> ExecutionPolicy:
+        """This policy with eager steps and preparation and no CUDA graphs.
+
+        A background compile trains with it until its compiled steps are ready.
+        """
+        return replace(self, compile_steps=False, compile_prepare=False, graphs="none", background=False)
 
     @classmethod
     def choose(cls, cfg: FastSACConfig, device: torch.device, world_size: int) -> ExecutionPolicy:
@@ -84,11 +104,16 @@ class ExecutionPolicy:
                 "and no fp16 loss scaling (cudagraphs=%s, cudagraph_scope=%r, amp=%s, amp_dtype=%r)",
                 cfg.cudagraphs, cfg.cudagraph_scope, cfg.amp, cfg.amp_dtype,
             )  # fmt: skip
+        in_halves = world_size > 1 or loss_scaling
+        # Several ranks compile up front: their switch would have to be collective (Note [Compile in
+        # the background]); so do torch.compile's region graphs, which are bound to one thread.
+        background = cuda and cfg.compile and cfg.compile_in_background and not in_halves
         return cls(
             compile_steps=cuda and cfg.compile,
             compile_prepare=cuda and cfg.compile,
-            in_halves=world_size > 1 or loss_scaling,
+            in_halves=in_halves,
             graphs=graphs,
             amp_dtype=(torch.bfloat16 if cfg.amp_dtype == "bf16" else torch.float16) if amp else None,
             loss_scaling=loss_scaling,
+            background=background and graphs != "regions",
         )

@@ -108,6 +108,41 @@ class SACModel:
             "alpha_optimizer": self.alpha_optimizer.state_dict(),
         }
 
+    @torch.no_grad()
+    def copy_from(self, other: SACModel) -> None:
+        """Take ``other``'s weights and optimizer state in place, every tensor keeping its identity.
+
+        Steps compiled or captured on this model stay valid (Note [Compile in the background]).
+
+        ``other`` must be built like this model (same dims, settings, ``capturable`` and ``fused``).
+        Optimizer state this model has where ``other`` has none yet (a param never stepped) is set to
+        what a first step would create: a zero step count and zero moments.
+        """
+        for mine, theirs in (
+            (self.actor, other.actor),
+            (self.qf, other.qf),
+            (self.qf_target, other.qf_target),
+        ):
+            mine.load_state_dict(theirs.state_dict())  # copies into the existing tensors
+        self.log_alpha.copy_(other.log_alpha)
+        for mine_opt, their_opt in zip(self.optimizers, other.optimizers, strict=True):
+            for mine_group, their_group in zip(mine_opt.param_groups, their_opt.param_groups, strict=True):
+                for key, value in their_group.items():
+                    if key not in ("params", "capturable", "fused"):
+                        mine_group[key] = value
+                for p, q in zip(mine_group["params"], their_group["params"], strict=True):
+                    state, source = mine_opt.state.get(p, {}), their_opt.state.get(q, {})
+                    if source and set(source) != set(state):
+                        raise RuntimeError(
+                            f"optimizer state keys differ ({sorted(state)} vs {sorted(source)}): "
+                            "the models were not built alike"
+                        )
+                    for key, tensor in state.items():
+                        if source:
+                            tensor.copy_(source[key])
+                        else:
+                            tensor.zero_()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``; the optimizers keep this model's ``fused`` and ``capturable``."""
         self.actor.load_state_dict(state["actor"])

@@ -83,13 +83,17 @@ class UpdateSteps:
             critic_backward: Callable[..., Any] = self._critic_backward
             actor_backward: Callable[..., Any] = self._actor_backward
             if policy.compile_steps:
-                critic_backward = torch.compile(critic_backward)
-                actor_backward = torch.compile(actor_backward)
+                critic_backward = torch.compile(critic_backward, backend=policy.backend)
+                actor_backward = torch.compile(actor_backward, backend=policy.backend)
             critic = functools.partial(self._critic_step_in_halves, critic_backward)
             actor = functools.partial(self._actor_step_in_halves, actor_backward)
         elif policy.compile_steps:
             mode = "reduce-overhead" if policy.graphs == "regions" else None
-            critic, actor = torch.compile(critic, mode=mode), torch.compile(actor, mode=mode)
+            critic = torch.compile(critic, mode=mode, backend=policy.backend)
+            actor = torch.compile(actor, mode=mode, backend=policy.backend)
+        self.unwrapped: tuple[Callable[..., Any], Callable[..., Any]] = (critic, actor)
+        """The critic and actor steps as compiled, before a ``StepGraph`` wraps them (a background
+        compile runs these on a scratch copy; Note [Compile in the background])."""
         if policy.graphs == "step":
             critic, actor = StepGraph(critic, device), StepGraph(actor, device)
         self.critic: Callable[..., Any] = critic

@@ -56,6 +56,7 @@ def tiny_config(**overrides: Any) -> FastSACConfig:
         "num_updates": 4,
         "policy_frequency": 2,
         "compile": False,
+        "compile_in_background": False,  # a test that compiles compares the compiled steps from the start
     }
     base.update(overrides)
     return FastSACConfig(**base)

@@ -1,0 +1,196 @@
+"""Build an agent's compiled update steps in a background thread while it trains with the eager ones.
+
+# Note [Compile in the background]
+
+Compiling the update steps (dynamo, AOT autograd, inductor's kernels) takes most of a cold start:
+tens of seconds before the first update. With ``ExecutionPolicy.background`` the agent instead
+trains at once with the eager steps (``policy.eager()``: the same math, no compile, no CUDA graphs)
+and ``BackgroundCompile`` builds the compiled ones meanwhile:
+
+1. On the agent's thread, at its construction: a deep copy of the model (networks, ``log_alpha``,
+   optimizers: same shapes, dtypes, device, ``capturable`` and ``fused``), of the normalizers, and a
+   synthetic batch from a private generator. Nothing draws from the global RNG, so the run's random
+   stream is the same with or without the thread.
+2. On the thread: ``UpdateSteps`` of the full policy on the copy, whose compiled critic and actor
+   steps run a few times on the synthetic batch (a compiled function compiles at its first call,
+   which also executes it: so on the copy, never on the real state), and the compiled batch
+   preparation on the copied normalizers (for the same shapes, inductor's caches then hold its
+   kernels). On CUDA it runs on its own stream, synchronised before the thread says it is done.
+   CUDA graphs are not captured on the thread: a capture in progress forbids the other thread's
+   allocations and synchronisations (unless in thread-local mode), and torch.compile's region graphs
+   are bound to the thread that records them.
+3. At the next update boundary after that (``FastSACAgent.update_on_batch``, on the agent's thread):
+   the copy takes the real state in place (``SACModel.copy_from``: every tensor keeps its identity, so
+   the compiled steps stay valid without a recompile), then becomes the agent's model, and its steps
+   the agent's steps. The batch preparation is compiled again for the real normalizers (a short trace;
+   the kernels come from the warm cache). With ``graphs="step"`` the steps are ``StepGraph``s that warm
+   up and capture at their next calls, on the agent's thread, as at any start. The switch is logged
+   (``compiled update ready after X s; switched at update N``) and ``FastSACAgent.compiled`` turns True.
+4. A compile that fails leaves the eager steps in place: one warning naming the reason, and training
+   goes on eagerly. ``close`` asks the thread to stop between its calls and joins it (bounded); the
+   thread is a daemon, so a compile that outlasts a short run does not hold the process at exit.
+
+Several ranks compile up front (``ExecutionPolicy.choose``): their switch would have to happen at the
+same update on every rank (a lockstep decision) and their step graphs hold collectives that must be
+captured together (Note [Ranks in step graphs]). So do fp16 loss scaling (its GradScaler state lives
+outside the model) and ``cudagraph_scope=regions``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import logging
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from ._batch import Batch
+from ._steps import UpdateSteps
+
+if TYPE_CHECKING:
+    from ._agent import FastSACAgent
+
+__all__ = ["BackgroundCompile"]
+
+log = logging.getLogger(__name__)
+
+_CALLS = 3
+"""Warm-up calls of each compiled step: the first compiles, the second may compile again (dynamo
+guards the optimizers' state, created by the first), the third must find everything compiled."""
+
+
+def synthetic_batch(rows: int, agent: FastSACAgent, generator: torch.Generator) -> Batch:
+    """A float32 batch of ``rows`` random transitions shaped like the agent's replay samples."""
+    dims, device = agent.dims, agent.device
+
+    def randn(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator).to(device)
+
+    ones = torch.ones(rows, device=device)
+    obs, next_obs = randn(rows, dims.obs_dim), randn(rows, dims.obs_dim)
+    shared = dims.critic_obs_is_obs
+    return Batch(
+        obs=obs,
+        critic_obs=obs if shared else randn(rows, dims.critic_obs_dim),
+        actions=randn(rows, dims.act_dim).clamp(-1.0, 1.0),
+        rewards=randn(rows),
+        next_obs=next_obs,
+        next_critic_obs=next_obs if shared else randn(rows, dims.critic_obs_dim),
+        bootstrap=ones,
+        discount=ones * agent.cfg.gamma,
+        valid=ones.clone(),
+    )
+
+
+class BackgroundCompile:
+    """The compiled steps of ``agent``'s policy, built on a scratch copy in a daemon thread.
+
+    Args:
+        agent: The agent (training eagerly meanwhile); read here, on its thread, and never again.
+        updates: Updates per ``update`` call the preparation is compiled for (the usual chunk).
+    """
+
+    def __init__(self, agent: FastSACAgent, updates: int) -> None:
+        self.policy = agent.execution
+        self.started = time.perf_counter()
+        self.seconds = 0.0
+        """How long the build took (set when it ends)."""
+        self.error: BaseException | None = None
+        """Why the build failed (None: it did not, or has not yet)."""
+        self.steps: UpdateSteps | None = None
+        """The compiled steps on ``model`` (None until built)."""
+        self.model = copy.deepcopy(agent.model)
+        """The scratch copy; the agent's own model once adopted."""
+        self._prep = types.SimpleNamespace(
+            dims=agent.dims,
+            obs_normalizer=copy.deepcopy(agent.obs_normalizer),
+            critic_obs_normalizer=copy.deepcopy(agent.critic_obs_normalizer),
+        )
+        if agent.dims.critic_obs_is_obs:
+            self._prep.critic_obs_normalizer = self._prep.obs_normalizer
+        self._agent_type = type(agent)
+        self._precision, self._cfg, self._device = agent.precision, agent.cfg, agent.device
+        generator = torch.Generator().manual_seed(0)
+        size = agent.batch_per_env * agent.buffer.num_envs
+        # Plain compiled steps see rows of the sampled batch (views at offsets), captured ones their
+        # fresh static inputs: the warm-up calls give each what it will be given.
+        self._batch = synthetic_batch(size * updates, agent, generator)
+        self._noise = torch.randn(size * updates, agent.dims.act_dim, generator=generator).to(agent.device)
+        self._static = synthetic_batch(size, agent, generator)
+        self._static_noise = torch.randn(size, agent.dims.act_dim, generator=generator).to(agent.device)
+        self._size, self._views = size, min(2, updates)
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="background-compile", daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        """Whether the thread has ended (built, failed or stopped)."""
+        return self._done.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the thread to end; whether it has."""
+        return self._done.wait(timeout_s)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Ask the thread to stop after its current call and join it for at most ``timeout_s``."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        try:
+            with self._stream():
+                self._build()
+        except BaseException as exc:  # reported by the agent on its own thread
+            self.error = exc
+        finally:
+            self.seconds = time.perf_counter() - self.started
+            self._done.set()
+
+    @contextlib.contextmanager
+    def _stream(self) -> Iterator[None]:
+        """On CUDA: a stream of the thread's own, synchronised at the end (the switch reads its results)."""
+        if self._device.type != "cuda":
+            yield
+            return
+        stream = torch.cuda.Stream(self._device)  # type: ignore[no-untyped-call]
+        with torch.cuda.device(self._device), torch.cuda.stream(stream):
+            try:
+                yield
+            finally:
+                stream.synchronize()  # type: ignore[no-untyped-call]
+
+    def _build(self) -> None:
+        steps = UpdateSteps(self.model, self._cfg, self._precision, self.policy, self._device, None)
+        critic, actor = steps.unwrapped
+        size, batch, noise = self._size, self._batch, self._noise
+        for call in range(_CALLS):
+            if self.policy.graphs == "step":
+                minibatch, rows = self._static, self._static_noise
+            else:
+                start = (call % self._views) * size
+                minibatch, rows = batch.narrow(start, size), noise.narrow(0, start, size)
+            for fn in (critic, actor):
+                if self._stop.is_set():
+                    return
+                fn(minibatch, rows)
+        if self.policy.compile_prepare:
+            accumulate, normalize = self._preparation(self._prep)
+            accumulate(batch.obs, batch.critic_obs)
+            normalize(batch.obs, batch.next_obs, batch.critic_obs, batch.next_critic_obs)
+        self.steps = steps
+
+    def _preparation(self, owner: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """The agent class's batch preparation, compiled for ``owner``'s normalizers."""
+        cls, backend = self._agent_type, self.policy.backend
+        return (
+            torch.compile(functools.partial(cls._accumulate_obs, owner), fullgraph=True, backend=backend),
+            torch.compile(functools.partial(cls._normalize_obs, owner), fullgraph=True, backend=backend),
+        )

@@ -1,0 +1,116 @@
+"""Training while the update steps compile in the background (Note [Compile in the background])."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+from fastsac_core import ConfigError, ExecutionPolicy, FastSACAgent
+from fastsac_core._step_graph import StepGraph
+from fastsac_core.testing import TINY_DIMS, make_agent, random_batch, random_noise, tiny_config
+
+WAIT_S = 300.0
+"""Bound on waiting for a background compile (a dynamo trace of both steps; slow on a loaded CPU)."""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    """Each test compiles from scratch (dynamo's recompile limit would quietly run steps eagerly)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _cpu_policy(background: bool, backend: str | Callable[..., Any] = "aot_eager") -> ExecutionPolicy:
+    """Compiled whole steps on CPU (dynamo and AOT autograd; inductor's C++ build would take minutes)."""
+    chosen = ExecutionPolicy.choose(tiny_config(), torch.device("cpu"), 1)
+    return replace(chosen, compile_steps=True, background=background, backend=backend)
+
+
+def _train(agent: FastSACAgent, calls: int, generator: torch.Generator, device: str = "cpu") -> None:
+    for _ in range(calls):
+        batch, noise = random_batch(256, TINY_DIMS, generator), random_noise(256, TINY_DIMS, generator)
+        agent.update_on_batch(batch, 4, type(noise)(*(t.to(device) for t in noise)))
+
+
+def _state(agent: FastSACAgent) -> list[torch.Tensor]:
+    m = agent.model
+    return [*m.actor.parameters(), *m.qf.parameters(), *m.qf_target.parameters(), m.log_alpha.detach()]
+
+
+def _switch_matches_compiled(compiled: FastSACAgent, switching: FastSACAgent, device: str) -> None:
+    """Both train 2 calls, the background compile ends, both train 2 more: switched late, same weights."""
+    assert not switching.compiled and compiled.compiled
+    g_compiled, g_switching = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    _train(switching, 2, g_switching, device)  # first: the compile has not ended yet
+    assert switching._background is not None and switching._background.wait(WAIT_S)
+    _train(compiled, 2, g_compiled, device)
+    _train(compiled, 2, g_compiled, device)
+    _train(switching, 2, g_switching, device)
+    assert switching.compiled_at is not None and 0 < switching.compiled_at <= 8
+    for a, b in zip(_state(compiled), _state(switching), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_switch_to_background_compiled_steps_matches_an_all_compiled_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Eager updates, then the background-compiled steps: the same weights as compiled throughout."""
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    compiled = make_agent(TINY_DIMS, cfg, num_envs=4, execution=_cpu_policy(False))
+    torch.manual_seed(0)
+    switching = make_agent(TINY_DIMS, cfg, num_envs=4, execution=_cpu_policy(True))
+    with caplog.at_level(logging.INFO, logger="fastsac_core._agent"):
+        _switch_matches_compiled(compiled, switching, "cpu")
+    lines = [r.getMessage() for r in caplog.records if "switched at update" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("compiled update ready after ")
+
+
+def test_a_failed_background_compile_keeps_training_eagerly_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A compile that raises leaves the eager steps training, with one warning naming the reason."""
+
+    def broken(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        raise RuntimeError("injected compile failure")
+
+    agent = make_agent(TINY_DIMS, tiny_config(), num_envs=4, execution=_cpu_policy(True, broken))
+    assert agent._background is not None and agent._background.wait(WAIT_S)
+    before = agent.flatten_actor_params().clone()
+    with caplog.at_level(logging.WARNING, logger="fastsac_core._agent"):
+        _train(agent, 2, torch.Generator().manual_seed(2))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "injected compile failure" in warnings[0], warnings
+    assert not agent.compiled and not torch.equal(before, agent.flatten_actor_params())
+
+
+def test_only_one_cuda_rank_with_compiled_whole_steps_compiles_in_the_background() -> None:
+    """choose() compiles in the background only for one CUDA rank without region graphs, when asked."""
+    cfg, cuda = tiny_config(compile=True, compile_in_background=True), torch.device("cuda")
+    assert ExecutionPolicy.choose(cfg, cuda, 1).background
+    assert not ExecutionPolicy.choose(cfg, torch.device("cpu"), 1).background
+    assert not ExecutionPolicy.choose(cfg, cuda, 2).background
+    assert not ExecutionPolicy.choose(replace(cfg, cudagraph_scope="regions"), cuda, 1).background
+    assert not ExecutionPolicy.choose(replace(cfg, compile_in_background=False), cuda, 1).background
+    with pytest.raises(ConfigError, match="background=True needs compiled whole steps"):
+        replace(ExecutionPolicy.choose(cfg, cuda, 2), background=True)
+
+
+@pytest.mark.gpu
+def test_switch_to_background_compiled_step_graphs_matches_on_cuda() -> None:
+    """On CUDA (inductor, step graphs): eager, then the switch; the same weights as compiled throughout."""
+    cfg = tiny_config(compile=True, cudagraphs=True, cudagraph_scope="step", amp=False)
+    torch.manual_seed(0)
+    compiled = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    torch.manual_seed(0)
+    switching = make_agent(TINY_DIMS, replace(cfg, compile_in_background=True), "cuda", num_envs=4)
+    assert switching.execution.background and switching.execution.graphs == "step"
+    _switch_matches_compiled(compiled, switching, "cuda")
+    assert isinstance(switching.steps.critic, StepGraph) and switching.steps.critic.captured
+    assert isinstance(switching.steps.actor, StepGraph) and switching.steps.actor.captured
