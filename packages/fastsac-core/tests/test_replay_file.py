@@ -221,3 +221,42 @@ def test_a_cuda_buffer_restores_on_the_cpu_and_back(tmp_path: Path) -> None:
         written = storage.cpu().nan_to_num(7.0) if storage.is_floating_point() else storage.cpu()
         for other in (on_cpu.storage[name], back.storage[name].cpu()):
             assert torch.equal(other.nan_to_num(7.0) if other.is_floating_point() else other, written), name
+
+
+def test_a_snapshot_copied_row_by_row_equals_one_copied_whole() -> None:
+    """snapshot() copies chunks of rows: one row per chunk gives the tensors of one chunk per block."""
+    buffer = _ragged()
+    whole, by_row = buffer.snapshot(chunk_bytes=1 << 30), buffer.snapshot(chunk_bytes=1)
+    for name, blocks in whole["data"].items():
+        assert [tuple(b.shape) for b in blocks] == [
+            (6, 2, *buffer.layout.fields[name]),
+            (4, 2, *buffer.layout.fields[name]),
+        ]
+        for a, b in zip(blocks, by_row["data"][name], strict=True):
+            assert (
+                torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+                if a.is_floating_point()
+                else torch.equal(a, b)
+            )
+
+
+@pytest.mark.gpu
+def test_a_ragged_cuda_buffers_snapshot_needs_at_most_one_chunk_of_gpu_memory() -> None:
+    """A snapshot of a CUDA buffer of 2 column blocks raises the peak by at most one chunk, not a block."""
+    from fastsac_core._replay import SNAPSHOT_CHUNK_BYTES
+
+    # obs of one block: 2048 steps x 32 envs x 1024 floats = 256 MiB, 4x a chunk.
+    buffer = ReplayBuffer(64, 2048, 1024, None, 2, device="cuda", blocks=[32, 32])
+    for block in (0, 1):
+        steps = {k: v.expand(2048, 32, *v.shape[2:]).cuda() for k, v in _steps(1, 32, block).items()}
+        steps["obs"] = torch.randn(2048, 32, 1024, device="cuda")
+        steps.pop("critic_obs")
+        buffer.extend_block(block, steps)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    snapshot = buffer.snapshot()
+    extra = torch.cuda.max_memory_allocated() - before
+    assert extra <= SNAPSHOT_CHUNK_BYTES + (1 << 20), f"{extra / 2**20:.0f} MiB over the buffer"
+    for b, start in enumerate((0, 32)):
+        assert torch.equal(snapshot["data"]["obs"][b], buffer.storage["obs"][:, start : start + 32].cpu())

@@ -146,13 +146,12 @@ def _restored(plan: Any, resumed_at: int) -> str:
     if not run.save_replay:
         return f"{head}; learning restarts from an empty replay buffer (algo.trainer.save_replay=false)"
     host = 0 if plan.hosts is None else plan.hosts.host_rank
-    learners = plan.async_options.num_learners if plan.asynchronous else 1
-    ranks = [host * learners + r for r in range(learners)]
+    layouts = _replay_layouts(plan)
     found, empty = [], []
-    for rank in ranks:
+    for rank, layout in layouts.items():
         path = run.replay_to_resume(rank, host)
-        try:
-            found.append(peek_replay(path))
+        try:  # the learner's own rule (ReplayLayout.counts): a file it would refuse is named here
+            found.append(peek_replay(path, fits=layout))
         except CheckpointError as exc:
             empty.append(f"{path.name}: {'missing' if not path.exists() else exc}")
     if not found:
@@ -169,8 +168,27 @@ def _restored(plan: Any, resumed_at: int) -> str:
         f" written {_duration(age)} ago"
     )
     if empty:
-        line += f"; {len(empty)} of {len(ranks)} learners start with an empty buffer ({'; '.join(empty)})"
+        line += f"; {len(empty)} of {len(layouts)} learners start with an empty buffer ({'; '.join(empty)})"
     return line
+
+
+def _replay_layouts(plan: Any) -> dict[int, Any]:
+    """Run-wide rank -> ``ReplayLayout`` of each replay buffer this host's learners build.
+
+    The asynchronous learners' come from the engine's own rules (``EngineSpec.replay_layout``,
+    ``hosts.learner_rank``); the synchronous trainer's is its one buffer of every env.
+    """
+    from fastsac_core import ReplayLayout
+
+    if not plan.asynchronous:
+        return {0: ReplayLayout.of(plan.run.dims, plan.agent, plan.num_envs)}
+    from fastsac_async import EngineSpec
+    from fastsac_async.hosts import learner_rank
+
+    spec = EngineSpec(
+        run=plan.run, agent=plan.agent, options=plan.async_options, topology=plan.topology, hosts=plan.hosts
+    )
+    return {learner_rank(spec, r): spec.replay_layout(r) for r in range(spec.num_learners)}
 
 
 def _duration(seconds: float) -> str:
@@ -243,6 +261,7 @@ def _run_logged(
     """Run the trainer with ``console`` and the parent log ``logged``; the run's exit code."""
     import signal
 
+    from fastsac_core import replay_write_hold
     from fastsac_trainer.cluster import HostLostError
     from fastsac_trainer.console import STOP_SIGNALS, ConsoleLogHandler, FanOut, StopRequest
     from fastsac_trainer.loggers import open_loggers
@@ -270,6 +289,7 @@ def _run_logged(
         signals=(*STOP_SIGNALS, *extra),
         grace_s=plan.stop_grace_s,
         raise_on_abort=not plan.asynchronous,
+        hold=replay_write_hold,  # this process's writes (sync); the async engine waits for its learners'
     )
     result: object = None
     aborted = False  # the trainer did not return: stopped at once (a trainer that returned is done)

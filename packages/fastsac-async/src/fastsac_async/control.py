@@ -23,6 +23,10 @@ hands it to every worker at spawn. Fields and their only writer:
                                         then learners C..C+L-1. CLOCK_MONOTONIC is one clock for
                                         every process of the host, so the earliest flag is the
                                         first failure (Note [naming the failed worker] in engine).
+    stop hold r          learner r      CLOCK_MONOTONIC ns until which its final saves (checkpoint,
+                                        replay) hold a stop (0: none): the parent's abort waits for
+                                        them until then or until r is done (Note [a stop waits for
+                                        the replay write] in ``fastsac_core._replay_file``).
 
 Aligned 8-byte stores and loads are single-copy atomic on x86-64 and a single writer needs no
 read-modify-write, so no lock is taken anywhere (a dead lock holder cannot block the run).
@@ -59,7 +63,7 @@ class Control:
     def __init__(self, num_collectors: int, num_learners: int) -> None:
         self.num_collectors = num_collectors
         self.num_learners = num_learners
-        size = self._failed_at + num_collectors + num_learners
+        size = self._held_at + num_learners
         self._tensor = torch.zeros(size, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._view: npt.NDArray[np.int64] = self._tensor.numpy()
 
@@ -76,6 +80,11 @@ class Control:
     def _failed_at(self) -> int:
         """Index of worker slot 0's failure mark (after the learners' done flags)."""
         return _HEADER + _PER_COLLECTOR * self.num_collectors + self.num_learners
+
+    @property
+    def _held_at(self) -> int:
+        """Index of learner 0's stop hold (after the failure marks)."""
+        return self._failed_at + self.num_collectors + self.num_learners
 
     def _c(self, index: int, field: int) -> int:
         return _HEADER + _PER_COLLECTOR * index + field
@@ -169,6 +178,17 @@ class Control:
     def learner_done(self, rank: int) -> bool:
         """True once learner ``rank`` finished its loop."""
         return bool(self._view[_HEADER + _PER_COLLECTOR * self.num_collectors + rank])
+
+    def hold_stop(self, rank: int, until: float) -> None:
+        """Learner ``rank``'s final saves hold a stop until ``until`` (monotonic s) or its done flag."""
+        self._view[self._held_at + rank] = int(until * 1e9)
+
+    def stop_held(self) -> bool:
+        """True while a learner that is not done holds a stop (parent: wait before stopping at once)."""
+        now = time.monotonic_ns()
+        return any(
+            self._view[self._held_at + r] > now and not self.learner_done(r) for r in range(self.num_learners)
+        )
 
     # Worker-written: failures.
     def collector_slot(self, index: int) -> int:

@@ -10,7 +10,7 @@ from fastsac_async.eval_settings import EvalSettings
 from fastsac_async.exceptions import AsyncConfigError
 from fastsac_async.hosts import HostGroup
 from fastsac_async.run_layout import RunLayout
-from fastsac_core import EnvDims, EnvFactory, FastSACConfig
+from fastsac_core import EnvDims, EnvFactory, FastSACConfig, ReplayLayout
 from fastsac_topology import LearnerPlacement, TrainerTopology
 
 __all__ = ["EngineSpec", "TrainingRun", "learner_threads"]
@@ -128,6 +128,15 @@ class EngineSpec:
     def num_learners(self) -> int:
         """Learner processes (the topology's, equal to ``options.num_learners``)."""
         return len(self.topology.learners)
+
+    def replay_layout(self, rank: int) -> ReplayLayout:
+        """The replay buffer of local learner ``rank``: its collectors' envs, one block each (ragged ingest).
+
+        With ``generations`` ingest the envs form one block.
+        """
+        widths = [c.env_stop - c.env_start for c in self.topology.collectors_of(rank)]
+        blocks = widths if self.options.ingest == "ragged" else None
+        return ReplayLayout.of(self.run.dims, self.agent, sum(widths), blocks)
 
 
 def learner_threads(spec: EngineSpec, placement: LearnerPlacement) -> int:

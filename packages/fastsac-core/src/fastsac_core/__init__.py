@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     from ._model import build_actor
     from ._normalizer import EmpiricalNormalizer, merge_normalizers
     from ._replay import ReplayBuffer
-    from ._replay_file import ReplayFileInfo, ReplaySaver, load_replay, peek_replay, save_replay
+    from ._replay_file import (
+        ReplayFileInfo,
+        ReplaySaver,
+        load_replay,
+        peek_replay,
+        replay_write_hold,
+        save_replay,
+        write_bound_s,
+    )
+    from ._replay_layout import ReplayLayout
     from ._schedule import learning_started, updates_due
     from ._schema import policy_extra_fields, step_transition, transition_fields
     from .config import FastSACConfig, batch_choices, batch_per_env
@@ -71,6 +80,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "Batch",
     "EmpiricalNormalizer",
     "ReplayBuffer",
+    "ReplayLayout",
     "merge_normalizers",
     # Evaluation: the deterministic return of a policy
     "EvalResult",
@@ -89,7 +99,9 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "ReplaySaver",
     "load_replay",
     "peek_replay",
+    "replay_write_hold",
     "save_replay",
+    "write_bound_s",
     # Errors
     "CheckpointError",
     "ConfigError",
@@ -114,7 +126,16 @@ _HOMES = {  # the module that defines each exported name
     "._model": ("build_actor",),
     "._normalizer": ("EmpiricalNormalizer", "merge_normalizers"),
     "._replay": ("ReplayBuffer",),
-    "._replay_file": ("ReplayFileInfo", "ReplaySaver", "load_replay", "peek_replay", "save_replay"),
+    "._replay_layout": ("ReplayLayout",),
+    "._replay_file": (
+        "ReplayFileInfo",
+        "ReplaySaver",
+        "load_replay",
+        "peek_replay",
+        "replay_write_hold",
+        "save_replay",
+        "write_bound_s",
+    ),
     "._schedule": ("learning_started", "updates_due"),
     "._schema": ("policy_extra_fields", "step_transition", "transition_fields"),
     ".config": ("FastSACConfig", "batch_choices", "batch_per_env"),

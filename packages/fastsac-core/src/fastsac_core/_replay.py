@@ -39,6 +39,7 @@ from torch import Tensor
 
 from ._batch import Batch
 from ._nstep import nstep_window
+from ._replay_layout import ReplayLayout
 from ._reward_scale import RewardScale
 from ._schema import Transition, transition_fields
 from .config import FastSACConfig
@@ -52,6 +53,19 @@ _RENAMED = {"terminated": "dones", "truncated": "truncations"}
 
 _REWARD_FIELDS = ("rewards", "terminated", "truncated")
 """What the reward scale observes of each stored step (Note [reward scale])."""
+
+SNAPSHOT_CHUNK_BYTES = 64 << 20
+"""Most bytes :meth:`ReplayBuffer.snapshot` copies at once: the bound of its device temporaries."""
+
+
+def _to_host(source: Tensor, chunk_bytes: int) -> Tensor:
+    """A CPU copy of ``source`` (any device, any strides), copied ``chunk_bytes`` of its rows at a time."""
+    target = torch.empty(source.shape, dtype=source.dtype)
+    row_bytes = max(source[:1].numel() * source.element_size(), 1)
+    step = max(chunk_bytes // row_bytes, 1)
+    for first in range(0, source.shape[0], step):
+        target[first : first + step].copy_(source[first : first + step])
+    return target
 
 
 class ReplayBuffer:
@@ -116,6 +130,13 @@ class ReplayBuffer:
         self.blocks = widths
         """Widths of the env blocks, in env order."""
         self._block_starts = tuple(sum(widths[:i]) for i in range(len(widths)))
+        self.layout = ReplayLayout(
+            num_envs=num_envs,
+            capacity=capacity_per_env,
+            blocks=widths,
+            fields={name: tuple(storage.shape[2:]) for name, storage in self.storage.items()},
+        )
+        """Sizes, blocks and fields: what a snapshot must match to be restored here."""
         self._block_written = [0] * len(widths)
         self._env_written: Tensor | None = None  # per env, on the device; rebuilt after a write
         self._block_of_env = torch.arange(len(widths)).repeat_interleave(torch.tensor(widths)).to(self.device)
@@ -329,19 +350,22 @@ class ReplayBuffer:
     # ---------------------------------------------------------------- snapshots (the replay file)
 
     @torch.no_grad()
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, *, chunk_bytes: int = SNAPSHOT_CHUNK_BYTES) -> dict[str, Any]:
         """A CPU copy of what a resume needs: counts, each block's filled rows, each env's running return.
 
         Only the written part of each block's storage is copied, in its stored dtype (Note [replay
-        file] in ``_replay_file``). On CUDA the copy waits for the GPU's pending writes: the caller
-        takes it after its ingest has landed, and the copy is what a writer thread may save while
-        the buffer moves on.
+        file] in ``_replay_file``), ``chunk_bytes`` of rows at a time: a block of a ragged buffer is a
+        column slice, which a device-to-host copy first gathers into a contiguous temporary on the
+        device, so copying it whole would take as much GPU memory again as the block; a chunk bounds
+        that temporary (a block as wide as the buffer is contiguous and needs none). On CUDA the copy
+        waits for the GPU's pending writes: the caller takes it after its ingest has landed, and the
+        copy is what a writer thread may save while the buffer moves on.
         """
         data: dict[str, list[Tensor]] = {name: [] for name in self.storage}
         for width, start, written in zip(self.blocks, self._block_starts, self._block_written, strict=True):
             rows = min(written, self.capacity)
             for name, storage in self.storage.items():
-                data[name].append(storage[:rows, start : start + width].to("cpu", copy=True))
+                data[name].append(_to_host(storage[:rows, start : start + width], chunk_bytes))
         return {
             "num_envs": self.num_envs,
             "capacity": self.capacity,
@@ -356,46 +380,17 @@ class ReplayBuffer:
         """Load a :meth:`snapshot` (any device's, any block layout whose blocks' envs hold equal counts).
 
         Raises:
-            ReplayBufferError: The snapshot is of another size or fields, or a block of this buffer
-                would hold envs saved at different counts (the env blocks changed under uneven counts).
+            ReplayBufferError: The snapshot does not fit this buffer (``ReplayLayout.counts``: sizes,
+                fields, shapes, or a block of this buffer would mix envs saved at different counts).
         """
-        if (snapshot["num_envs"], snapshot["capacity"]) != (self.num_envs, self.capacity):
-            raise ReplayBufferError(
-                f"the saved replay has num_envs={snapshot['num_envs']}, capacity={snapshot['capacity']};"
-                f" this buffer has num_envs={self.num_envs}, capacity={self.capacity};"
-                " resume with the same task.num_envs per learner and algo.agent.buffer_size"
-            )
+        counts = self.layout.counts(snapshot)
         saved_data: dict[str, list[Tensor]] = snapshot["data"]
-        if set(saved_data) != set(self.storage):
-            raise ReplayBufferError(
-                f"the saved replay holds the fields {sorted(saved_data)}; this buffer stores"
-                f" {sorted(self.storage)}: resume with the task it was saved with"
-            )
-        saved_blocks = [int(b) for b in snapshot["blocks"]]
-        saved_counts = [int(c) for c in snapshot["block_written"]]
-        per_env = [c for c, b in zip(saved_counts, saved_blocks, strict=True) for _ in range(b)]
-        counts = []
-        for width, start in zip(self.blocks, self._block_starts, strict=True):
-            mine = set(per_env[start : start + width])
-            if len(mine) != 1:
-                raise ReplayBufferError(
-                    f"the saved replay's env blocks {saved_blocks} hold different step counts"
-                    f" {saved_counts}, and this buffer's blocks {list(self.blocks)} would mix them:"
-                    " resume with the same async_options.num_collectors per learner"
-                )
-            counts.append(mine.pop())
         start = 0
-        for b, width in enumerate(saved_blocks):
+        for b, (width, written) in enumerate(zip(snapshot["blocks"], snapshot["block_written"], strict=True)):
+            rows = min(int(written), self.capacity)
             for name, storage in self.storage.items():
-                block = saved_data[name][b]
-                rows = min(saved_counts[b], self.capacity)
-                if tuple(block.shape) != (rows, width, *storage.shape[2:]):
-                    raise ReplayBufferError(
-                        f"saved replay field {name!r} of block {b} has shape {tuple(block.shape)};"
-                        f" expected {(rows, width, *storage.shape[2:])}: the file is not this buffer's"
-                    )
-                storage[:rows, start : start + width].copy_(block)
-            start += width
+                storage[:rows, start : start + int(width)].copy_(saved_data[name][b])
+            start += int(width)
         self._block_written = counts
         self._env_written = None
         self.reward_scale.running.copy_(snapshot["running_returns"])

@@ -18,28 +18,83 @@
 # goes on. A periodic write that comes due while the last one is still being written is skipped
 # (the next one comes after another interval). The final write of a run waits for any write in
 # flight, then writes in the caller's thread.
+
+# Note [a stop waits for the replay write]
+# A stop signal gives the run ``stop_grace_s`` to end cleanly, then stops it at once; a replay write
+# cut there loses the buffer of the final checkpoint (Humanoid's 1.35 GB took 4.6 s on the dev
+# machine, close to the 5 s default). So a replay write holds the stop: while one is in progress the
+# grace period does not run out. A hung write (a dead network disk) must not hold it forever, so each
+# write holds for at most ``write_bound_s`` of its buffer: 10 s plus its full storage at 50 MB/s
+# (Humanoid: 37 s), several times a normal write. This process's writes are :func:`replay_write_hold`
+# (the synchronous trainer's stop asks it); a learner process tells its parent through the engine's
+# shared counters, holding from its final checkpoint to its done flag.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ._checkpoint import _write_atomically, read_payload
 from ._replay import ReplayBuffer
+from ._replay_layout import ReplayLayout
 from .exceptions import CheckpointError, ReplayBufferError
 
-__all__ = ["ReplayFileInfo", "ReplaySaver", "load_replay", "peek_replay", "save_replay"]
+__all__ = [
+    "ReplayFileInfo",
+    "ReplaySaver",
+    "load_replay",
+    "peek_replay",
+    "replay_write_hold",
+    "save_replay",
+    "write_bound_s",
+]
 
 _log = logging.getLogger(__name__)
 
 FORMAT = "fastsac-core/replay/1"
+
+_BOUND_FIXED_S = 10.0
+_BOUND_BYTES_PER_S = 50e6
+"""The slowest write a stop waits for, in bytes per second (Note [a stop waits for the replay write])."""
+
+_holds: dict[int, float] = {}  # id(saver) -> monotonic deadline of its write in progress
+_holds_lock = threading.Lock()
+
+
+def write_bound_s(buffer: ReplayBuffer) -> float:
+    """Longest a stop waits for one replay write of ``buffer`` (Note [a stop waits for the replay write])."""
+    nbytes = sum(t.nbytes for t in buffer.storage.values())
+    return _BOUND_FIXED_S + nbytes / _BOUND_BYTES_PER_S
+
+
+@contextlib.contextmanager
+def _holding(bound_s: float) -> Iterator[None]:
+    """Hold a stop (:func:`replay_write_hold`) while inside, for at most ``bound_s`` from now."""
+    token = object()  # one entry per hold: a final write holds while it waits for a periodic one
+    with _holds_lock:
+        _holds[id(token)] = time.monotonic() + bound_s
+    try:
+        yield
+    finally:
+        with _holds_lock:
+            del _holds[id(token)]
+
+
+def replay_write_hold() -> float | None:
+    """The ``time.monotonic()`` until which this process's replay writes hold a stop; None: none is running.
+
+    Past that time a write still running no longer holds it (Note [a stop waits for the replay write]).
+    """
+    with _holds_lock:
+        return max(_holds.values(), default=None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,14 +153,28 @@ def _read(path: Path) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def peek_replay(path: str | os.PathLike[str]) -> ReplayFileInfo:
+def peek_replay(path: str | os.PathLike[str], fits: ReplayLayout | None = None) -> ReplayFileInfo:
     """Step, time, size and extra of a replay file, without reading its data.
 
+    With ``fits``, also checks that a buffer of that layout would restore it, by the rule
+    :func:`load_replay` applies (``ReplayLayout.counts``).
+
     Raises:
-        CheckpointError: The file is missing, unreadable or not a replay file.
+        CheckpointError: The file is missing, unreadable, not a replay file, or does not fit ``fits``.
     """
     path = Path(path)
-    return _info(path, _read(path))
+    payload = _read(path)
+    if fits is not None:
+        _fit(path, lambda: fits.counts(payload["replay"]))
+    return _info(path, payload)
+
+
+def _fit(path: Path, restore: Callable[[], object]) -> None:
+    """Run ``restore``; its ``ReplayBufferError`` becomes the one-line ``CheckpointError`` naming ``path``."""
+    try:
+        restore()
+    except ReplayBufferError as exc:
+        raise CheckpointError(f"replay file {str(path)!r} does not fit this buffer: {exc}") from exc
 
 
 def load_replay(path: str | os.PathLike[str], buffer: ReplayBuffer) -> ReplayFileInfo:
@@ -117,10 +186,7 @@ def load_replay(path: str | os.PathLike[str], buffer: ReplayBuffer) -> ReplayFil
     """
     path = Path(path)
     payload = _read(path)
-    try:
-        buffer.restore(payload["replay"])
-    except ReplayBufferError as exc:
-        raise CheckpointError(f"replay file {str(path)!r} does not fit this buffer: {exc}") from exc
+    _fit(path, lambda: buffer.restore(payload["replay"]))
     return _info(path, payload)
 
 
@@ -176,10 +242,10 @@ class ReplaySaver:
             return False
         assert self.path is not None
         self._last = self._clock()
-        snapshot, saved_extra = buffer.snapshot(), extra()
+        snapshot, saved_extra, bound_s = buffer.snapshot(), extra(), write_bound_s(buffer)
         self._thread = threading.Thread(
             target=self._write,
-            args=(self.path, snapshot, gstep, saved_extra),
+            args=(self.path, snapshot, gstep, saved_extra, bound_s),
             name="replay-writer",
             daemon=True,
         )
@@ -189,12 +255,17 @@ class ReplaySaver:
     def save_now(
         self, buffer: ReplayBuffer, gstep: int, extra: Callable[[], dict[str, Any]] = dict
     ) -> ReplayFileInfo | None:
-        """Wait for a write in flight, then snapshot and write here; the file (None: off, or it failed)."""
+        """Wait for a write in flight, then snapshot and write here; the file (None: off, or it failed).
+
+        From the wait to the written file, a stop is held (Note [a stop waits for the replay write]).
+        """
         if self.path is None:
             return None
-        self.wait()
-        self._last = self._clock()
-        return self._write(self.path, buffer.snapshot(), gstep, extra())
+        bound_s = write_bound_s(buffer)
+        with _holding(bound_s):
+            self.wait()
+            self._last = self._clock()
+            return self._write(self.path, buffer.snapshot(), gstep, extra(), bound_s)
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Wait for a write in flight (at most ``timeout_s``)."""
@@ -202,11 +273,12 @@ class ReplaySaver:
             self._thread.join(timeout_s)
 
     def _write(
-        self, path: Path, snapshot: dict[str, Any], gstep: int, extra: dict[str, Any]
+        self, path: Path, snapshot: dict[str, Any], gstep: int, extra: dict[str, Any], bound_s: float
     ) -> ReplayFileInfo | None:
         started = time.perf_counter()
         try:
-            info = save_replay(path, snapshot, gstep=gstep, extra=extra)
+            with _holding(bound_s):
+                info = save_replay(path, snapshot, gstep=gstep, extra=extra)
         except Exception:
             # The run goes on: the previous file (if any) stays complete; the next write tries again.
             _log.exception("replay buffer write to %s failed; the previous replay file is kept", path)

@@ -3,7 +3,9 @@
 Ctrl+C (SIGINT), SIGTERM (``kill``, ``docker stop``, SLURM, systemd, Kubernetes) and SIGHUP (a closed
 terminal) all mean "stop": the trainer finishes its step, the learners write a final checkpoint and
 the CLI exits 0. Job managers kill the job a few seconds later (``docker stop``: 10 s), so the clean
-stop gets ``grace_s``; after that, as on a second signal, the run stops at once.
+stop gets ``grace_s``; after that, as on a second signal, the run stops at once. Time in which a replay
+write holds the stop (``hold``) does not count (Note [a stop waits for the replay write] in
+``fastsac_core._replay_file``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ __all__ = ["STOP_SIGNALS", "StopRequest"]
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Signals that always stop a run (a checkpoint signal, such as SIGUSR1, may be added)."""
+
+_HOLD_POLL_S = 0.05
+"""How often the grace clock asks ``hold`` while it runs."""
 
 _REQUESTED = "stop_requested"
 """The reason of a stop asked for by :meth:`StopRequest.request` rather than by a signal."""
@@ -44,6 +49,8 @@ class StopRequest:
         grace_s: Longest time from the first signal to leaving the context; None: no limit.
         debounce_s: Window after the first signal in which another one is the same signal.
         raise_on_abort: Raise :class:`KeyboardInterrupt` in the main thread on abort.
+        hold: ``time.monotonic()`` until which a replay write holds the stop, or None
+            (``fastsac_core.replay_write_hold``): the grace clock stops while it is in the future.
     """
 
     def __init__(
@@ -54,6 +61,7 @@ class StopRequest:
         grace_s: float | None = None,
         debounce_s: float = 1.0,
         raise_on_abort: bool = True,
+        hold: Callable[[], float | None] | None = None,
     ) -> None:
         self._event = threading.Event()
         self._on_first = on_first
@@ -65,7 +73,10 @@ class StopRequest:
         self._reason: str | None = None
         self._abort: tuple[int, str] | None = None
         self._raised = False
-        self._timer: threading.Timer | None = None
+        self._hold = hold
+        self._held_s = 0.0
+        self._timer: threading.Thread | None = None
+        self._timer_cancel = threading.Event()
         self._lock = threading.Lock()  # the timer never signals a main thread that left the context
         self._exited = False
         self._previous: dict[signal.Signals, Any] = {}
@@ -118,9 +129,26 @@ class StopRequest:
     def _start_grace(self) -> None:
         if self._grace_s is None:
             return
-        self._timer = threading.Timer(self._grace_s, self._grace_over)
-        self._timer.daemon = True
+        self._timer = threading.Thread(target=self._run_grace, name="stop-grace", daemon=True)
         self._timer.start()
+
+    def _run_grace(self) -> None:
+        """Timer thread: ``grace_s`` of time in which no replay write holds the stop, then abort."""
+        assert self._grace_s is not None
+        left, last = self._grace_s, time.monotonic()
+        while not self._timer_cancel.wait(left if self._hold is None else min(left, _HOLD_POLL_S)):
+            now = time.monotonic()
+            until = None if self._hold is None else self._hold()
+            if until is not None and until > now:
+                self._held_s += now - last
+            else:
+                left -= now - last
+            last = now
+            if left <= 0:
+                break
+        else:
+            return
+        self._grace_over()
 
     def _grace_over(self) -> None:
         """Timer thread: the clean stop took longer than ``grace_s``."""
@@ -128,7 +156,8 @@ class StopRequest:
             if self._exited or self._first is None or self._abort is not None:
                 return
             first = self._first[0]
-            self._abort = (first, f"the stop after {first.name} took longer than {self._grace_s:g} s")
+            held = f" (and {self._held_s:.1f} s of replay writes)" if self._held_s else ""
+            self._abort = (first, f"the stop after {first.name} took longer than {self._grace_s:g} s{held}")
             if self._raise_on_abort:
                 # A real signal, not _thread.interrupt_main: it also ends a blocking system call.
                 signal.pthread_kill(threading.main_thread().ident or 0, first)
@@ -144,7 +173,7 @@ class StopRequest:
             with self._lock:
                 self._exited = True
             if self._timer is not None:
-                self._timer.cancel()
+                self._timer_cancel.set()
                 self._timer.join(1.0)
                 self._timer = None
         finally:

@@ -47,6 +47,7 @@ from fastsac_core import (
     ReplaySaver,
     load_checkpoint,
     load_replay,
+    write_bound_s,
 )
 from shm_transport import StartupHandshake
 
@@ -142,6 +143,8 @@ def run_learner(
             )
             boot.mark("released (every worker ready)")
             run_learner_loop(learner, profile=profile_iterations(), name=name)
+            # Note [a stop waits for the replay write]: until done, the parent's abort waits.
+            control.hold_stop(rank, time.monotonic() + write_bound_s(agent.buffer))
             final = learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)
             if final is not None:
                 control.set_final_checkpoint(learner.gstep)  # before done: the parent reads it then
@@ -159,10 +162,8 @@ def run_learner(
 
 def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAgent, int, int]:
     """Rank ``rank``'s agent for its collectors' envs, with the gstep and update count it starts at."""
-    own = spec.topology.collectors_of(rank)
-    widths = [c.env_stop - c.env_start for c in own]
-    blocks = widths if spec.options.ingest == "ragged" else None
-    buffer = ReplayBuffer.of(spec.run.dims, spec.agent, sum(widths), device=device, blocks=blocks)
+    layout = spec.replay_layout(rank)
+    buffer = ReplayBuffer.of(spec.run.dims, spec.agent, layout.num_envs, device=device, blocks=layout.blocks)
     agent = FastSACAgent(spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec))
     if spec.run.resume_from is None:
         return agent, 0, 0

@@ -90,7 +90,9 @@ class AsyncEngine:
                 is spawned), ``booting``, ``ready``, ``running``.
             should_stop: Polled; True requests a clean stop (final checkpoint included).
             should_abort: Polled, also during the shutdown; True stops at once: every worker is
-                killed (no final checkpoint), everything is released, and :class:`RunAborted` is raised.
+                killed (no final checkpoint), everything is released, and :class:`RunAborted` is raised;
+                a learner's final checkpoint and replay write in progress are waited for first, each
+                up to its bound (Note [a stop waits for the replay write] in ``fastsac_core``).
 
         Raises:
             WorkerFailed: A worker exited unexpectedly (the run was stopped and cleaned up).
@@ -102,6 +104,12 @@ class AsyncEngine:
         sup = Supervisor(spec.run.run_dir, preload=[f.__module__ for f in entries])
         ctx = sup.context
         control = Control(spec.num_collectors, spec.num_learners)
+
+        def abort_now() -> bool:
+            # Note [a stop waits for the replay write] (fastsac_core._replay_file): a learner's final
+            # saves hold the abort until they end or their bound passes.
+            return should_abort() and not control.stop_held()
+
         if spec.run.resume_from is not None:
             # Every collector restarts at the checkpoint's global step, whatever its own count was
             # (a stop leaves them uneven): generations pair the k-th slot of every ring, so the rings
@@ -168,7 +176,7 @@ class AsyncEngine:
             # Collectors' queues first: a tick built from learner 0's snapshot then holds the collector
             # snapshots sent before it (the last tick included).
             ordered = [queues[name] for name in readers + self._learners]
-            return watch.monitor(ordered, on_stats, should_stop, should_abort)
+            return watch.monitor(ordered, on_stats, should_stop, abort_now)
         finally:
             control.request_stop()
 
@@ -177,7 +185,7 @@ class AsyncEngine:
                     [readers, self._learners],
                     spec.shutdown_timeout_s,
                     before_group=lambda i: control.release_learners() if i == 1 else None,
-                    hurry=should_abort,
+                    hurry=abort_now,
                 )
                 # A learner killed, or one that failed, may have been in the middle of a save (its
                 # replay writer is a thread that dies with it): every learner is gone by now.
