@@ -244,6 +244,13 @@ def test_cpu_profile_caps_only_keys_the_user_did_not_set() -> None:
     assert any(note.startswith(f"task.num_envs {TASKS['humanoid'].num_envs}->") for note in notes)
 
 
+def test_the_cpu_profile_leaves_a_task_sized_for_the_cpu() -> None:
+    """task=pendulum (cpu_sized) keeps its 4 updates per iteration on a CPU learner: no cap, no note."""
+    cfg = _cfg("task=pendulum", f"{OPTS}.num_collectors=1")
+    assert apply_cpu_profile(cfg, frozenset()) == []
+    assert cfg["algo"]["agent"]["num_updates"] == TASKS["pendulum"].agent_overrides["num_updates"] == 4
+
+
 def test_cpu_profile_keeps_env_count_divisible_by_collectors() -> None:
     """With 3 learners and 6 collectors, the capped values stay valid multiples."""
     cfg = _cfg("task.num_envs=600", f"{OPTS}.num_collectors=6", f"{OPTS}.num_learners=3")

@@ -1,6 +1,6 @@
 """The synchronous trainer learns: InvertedPendulum-v5 on CPU within a CI budget.
 
-Threshold and why it shows learning: after the ``pendulum`` task's 600 iterations (2,400 env
+Threshold and why it shows learning: after 600 iterations of the ``pendulum`` task (2,400 env
 steps, 2,204 updates, fixed seed), the final checkpoint's deterministic policy must balance for a
 mean of >= 150 of the 200 steps over 16 fresh episodes. A uniformly random policy on the same
 16 envs is measured in the test: it keeps the pole up for ~5 steps (mean 4.8, max 14 measured on
@@ -64,7 +64,7 @@ def test_sync_trainer_learns_inverted_pendulum(tmp_path: Path) -> None:
         env_factory=factory,
         dims=probe_dims(factory),
         seed=1,
-        num_iterations=spec.num_learning_iterations,
+        num_iterations=600,  # the sync trainer's measured budget; the task's 1000 are the async default's
         time_limit_s=None,
         logging_interval=100,
         save_interval=10**9,

@@ -31,7 +31,7 @@ from fastsac_trainer.config.validate import (
     validate_config,
 )
 from fastsac_trainer.plan import RunPlan
-from fastsac_trainer.tasks import TaskError, env_factory_for, probe_dims
+from fastsac_trainer.tasks import TaskError, env_factory_for, get_task, probe_dims
 
 __all__ = [
     "CPU_PROFILE",
@@ -50,7 +50,8 @@ CPU_PROFILE: dict[str, int] = {
 }
 """Caps applied when the learner runs on the CPU, to keys the user did not set: a 2-core laptop
 makes visible progress on the default task (a few iterations per second instead of one every
-few seconds). The networks and every other hyper-parameter keep the task's values."""
+few seconds). The networks and every other hyper-parameter keep the task's values. A task sized
+for the CPU already (``TaskSpec.cpu_sized``: pendulum) keeps all of its values."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,12 +137,15 @@ def resolve_device(spec: str, cuda_count: int) -> str:
 
 
 def apply_cpu_profile(cfg: dict[str, Any], explicit: frozenset[str]) -> list[str]:
-    """Cap the :data:`CPU_PROFILE` keys the user did not set; returns one note per change.
+    """Cap the :data:`CPU_PROFILE` keys the user did not set; returns one note per change (none for a
+    task that is ``cpu_sized``).
 
     Runs after the collector counts are sized (:func:`size_collectors_in_place`): ``num_envs`` stays
     a multiple of ``num_collectors``, and ``batch_size`` a multiple of the (capped) ``num_envs``.
     """
-    notes = []
+    notes: list[str] = []
+    if get_task(cfg["task"]["name"]).cpu_sized:
+        return notes
     collectors = cfg["algo"]["trainer"]["async_options"]["num_collectors"]
     for path, cap in CPU_PROFILE.items():
         if path in explicit:
