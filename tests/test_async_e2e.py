@@ -111,3 +111,35 @@ def test_engine_snapshot_names_the_stage_shares(tmp_path: Path) -> None:
     assert scalars["perf/collector_env_step_pct"] == 85.0 and scalars["perf/collector_wait_pct"] == 5.0
     assert scalars["perf/learner_update_pct"] == 85.0 and scalars["perf/learner_publish_pct"] == 5.0
     assert scalars["perf/collector_env_step_ms"] == 18.0
+
+
+def test_engine_snapshot_lists_the_scalars_of_sources_that_did_not_report(tmp_path: Path) -> None:
+    """Collectors with no new snapshot and a learner with no new update: their scalars are stale."""
+
+    def stats(step: int, collector_steps: int, updates: int) -> EngineStats:
+        collectors = {
+            i: CollectorSnapshot(
+                index=i, steps=collector_steps, steps_per_s=50.0, num_envs=2, episodes=1, mean_return=5.0,
+                mean_ep_len=7.0, weight_version=1, policy_lag=0, ring_fill=0, timing_ms={"env_step": 1.0},
+            )
+            for i in (0, 1)
+        }  # fmt: skip
+        learner = LearnerSnapshot(
+            rank=0, global_step=step, updates=updates, updates_per_s=9.0, learn_pct=50.0, buffer_size=4,
+            metrics={"qf_loss": 1.5},
+        )  # fmt: skip
+        return EngineStats(
+            elapsed_s=1.0, global_step=step, collector_steps=[collector_steps] * 2, updates=updates,
+            learners={0: learner}, collectors=collectors,
+            summary=aggregate_collectors(list(collectors.values())),
+        )  # fmt: skip
+
+    plan = _plan(tmp_path, 1)
+    first = stats(10, 10, 80)
+    assert engine_snapshot(plan, first, 2).stale == frozenset()
+    # The learner moved to step 20 without an update; no collector reported since step 10.
+    later = engine_snapshot(plan, stats(20, 10, 80), 2, previous=first)
+    assert {"rollout/mean_return", "perf/env_steps_per_s", "async/reuse", "train/qf_loss"} <= later.stale
+    assert "perf/updates_per_s" not in later.stale and "async/utd" not in later.stale
+    fresh = engine_snapshot(plan, stats(20, 20, 90), 2, previous=first)
+    assert fresh.stale == frozenset()

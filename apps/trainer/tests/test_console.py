@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import signal
@@ -118,6 +119,25 @@ def test_plain_console_writes_boot_checkpoint_and_rate_limits_lines() -> None:
     assert lines[2] == "✓ saved checkpoint runs/x/checkpoints/model_0000020.pt"
     assert lines[3].startswith("[pendulum/fastsac] it 20 ")
     assert len(lines) == 4
+
+
+def test_a_plain_line_shows_only_fields_measured_since_the_previous_line() -> None:
+    """Stale scalars never print (Note [fresh fields]); a field measured in a snapshot without a line does."""
+    stream = io.StringIO()
+    console = PlainConsole(stream, "t", min_interval_s=3600)
+    console.report(_snapshot(10))
+    not_collected = {"rollout/mean_return", "rollout/mean_ep_len", "train/alpha"}
+    between = dataclasses.replace(_snapshot(20, **{"train/qf_loss": 2.5}), stale=frozenset(not_collected))
+    last = dataclasses.replace(_snapshot(30), stale=frozenset({*not_collected, "train/qf_loss"}))
+    console.report(between)  # held back: no line of its own
+    console.report(last)
+    console.close()
+    first_line, line = stream.getvalue().splitlines()
+    assert "return 4.321k" in first_line and "alpha 0.012" in first_line
+    assert line.startswith("[t] it 30 ")
+    assert "return - | ep_len - |" in line, "stale since it 10: not repeated"
+    assert "qf_loss 2.500" in line, "measured at it 20, since the previous line"
+    assert "alpha" not in line and "qf_loss 1.250" not in line
 
 
 def test_rich_boot_panel_lists_workers_and_failure() -> None:

@@ -68,33 +68,43 @@ class AsyncResult:
     """``completed``, ``time_limit`` or ``stop_requested`` (Ctrl+C, should_stop)."""
 
 
-def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) -> Snapshot:
-    """A :class:`Snapshot` with DESIGN.md's metric names from one engine stats tick."""
+def engine_snapshot(
+    plan: RunPlan, stats: EngineStats, envs_per_collector: int, previous: EngineStats | None = None
+) -> Snapshot:
+    """A :class:`Snapshot` with DESIGN.md's metric names from one engine stats tick.
+
+    ``previous`` is the tick of the previous snapshot: the scalars of a source that has not reported
+    since are the snapshot's ``stale`` ones (:func:`stale_scalars`).
+    """
     s = stats.summary
     learners = list(stats.learners.values())
-    scalars: dict[str, float] = {
+    collected: dict[str, float] = {  # from the collectors' latest snapshots
         "perf/env_steps_per_s": s.steps_per_s,
-        "perf/updates_per_s": stats.learners[0].updates_per_s if 0 in stats.learners else 0.0,
-        "perf/learn_pct": sum(x.learn_pct for x in learners) / max(1, len(learners)),
         "async/policy_lag": float(s.max_policy_lag),
         "async/ring_fill": float(s.ring_fill),
         "async/weight_version": float(s.weight_version),
+    }
+    if s.timing_ms:
+        collected["perf/collect_ms_per_batch"] = sum(
+            v for k, v in s.timing_ms.items() if k in ("env_step", "inference")
+        )
+    collected.update({f"perf/collector_{k}_ms": v for k, v in s.timing_ms.items()})
+    collected.update({f"perf/collector_{k}_pct": v for k, v in s.time_pct.items()})
+    if len(stats.collectors) > 1:
+        collected.update({f"async/{k}": v for k, v in s.per_collector.items() if not k.startswith("env_")})
+    if s.mean_return is not None:
+        collected["rollout/mean_return"] = s.mean_return
+    if s.mean_ep_len is not None:
+        collected["rollout/mean_ep_len"] = s.mean_ep_len
+    scalars: dict[str, float] = {
+        "perf/updates_per_s": stats.learners[0].updates_per_s if 0 in stats.learners else 0.0,
+        "perf/learn_pct": sum(x.learn_pct for x in learners) / max(1, len(learners)),
         "async/utd": stats.updates / max(1, stats.global_step),
+        **collected,
     }
     scalars["async/reuse"] = replay_reuse(
         scalars["perf/updates_per_s"], plan.agent.batch_size, scalars["perf/env_steps_per_s"]
     )
-    collect = sum(v for k, v in s.timing_ms.items() if k in ("env_step", "inference"))
-    if s.timing_ms:
-        scalars["perf/collect_ms_per_batch"] = collect
-    scalars.update({f"perf/collector_{k}_ms": v for k, v in s.timing_ms.items()})
-    scalars.update({f"perf/collector_{k}_pct": v for k, v in s.time_pct.items()})
-    if len(stats.collectors) > 1:
-        scalars.update({f"async/{k}": v for k, v in s.per_collector.items() if not k.startswith("env_")})
-    if s.mean_return is not None:
-        scalars["rollout/mean_return"] = s.mean_return
-    if s.mean_ep_len is not None:
-        scalars["rollout/mean_ep_len"] = s.mean_ep_len
     if 0 in stats.learners:
         scalars.update({f"train/{k}": v for k, v in stats.learners[0].metrics.items()})
         scalars.update({f"perf/learner_{k}_pct": v for k, v in stats.learners[0].host_pct.items()})
@@ -110,7 +120,38 @@ def engine_snapshot(plan: RunPlan, stats: EngineStats, envs_per_collector: int) 
         timing=timing,
         warming_up=not learning_started(stats.global_step, plan.agent.learning_starts),
         time_left_s=time_left(plan.run.time_limit_s, stats.elapsed_s),
+        stale=stale_scalars(scalars, set(collected), stats, previous),
     )
+
+
+_ENGINE_COUNTED = frozenset({"async/utd"})
+"""Scalars of the engine's own counters (never stale)."""
+
+
+def stale_scalars(
+    scalars: dict[str, float], collected: set[str], stats: EngineStats, previous: EngineStats | None
+) -> frozenset[str]:
+    """The ``scalars`` of a source that has not reported between the ``previous`` tick and ``stats``.
+
+    Three sources: the collectors (``collected``, the scalars of their snapshots: stale when no
+    collector's step count moved), learner 0 (every other scalar but the engine's counters: stale
+    when its snapshot is the previous one, same step and updates) and its updates (``train/*``: stale
+    when it ran none). ``async/reuse`` is of both the collectors and learner 0.
+    """
+    if previous is None:
+        return frozenset()
+    stale: set[str] = set()
+    if {i: c.steps for i, c in stats.collectors.items()} == {
+        i: c.steps for i, c in previous.collectors.items()
+    }:
+        stale |= collected | {"async/reuse"}
+    now, before = stats.learners.get(0), previous.learners.get(0)
+    mark = (now.global_step, now.updates) if now is not None else None
+    if mark is None or (before is not None and mark == (before.global_step, before.updates)):
+        stale |= set(scalars) - collected - _ENGINE_COUNTED
+    if now is None or (before is not None and now.updates == before.updates):
+        stale |= {k for k in scalars if k.startswith("train/")}
+    return frozenset(stale & set(scalars))
 
 
 def eval_point(report: EvalReport, num_envs: int) -> EvalPoint:
@@ -161,6 +202,7 @@ def run_async(
     per_collector = topology.num_envs_per_collector
 
     reported_step = -1
+    reported: EngineStats | None = None  # the tick of the last snapshot reported
     evals = EvalLog(reporter, clip_log=plan.run.layout.log(evaluator_name()))
     clock = BootClock()
 
@@ -170,7 +212,7 @@ def run_async(
         # (an empty window: 0 updates/s), and the engine one more for evaluations that finished after
         # that; and a tick whose learner is one step behind the engine's step is labelled with the
         # engine's, so keying on the learner's step printed "it N" twice. Evaluations go out every tick.
-        nonlocal reported_step
+        nonlocal reported_step, reported
         if stats.updates > 0:
             clock.mark("first update")
         for report in stats.evaluations:
@@ -178,7 +220,8 @@ def run_async(
         step = stats.global_step
         if step != reported_step:
             reported_step = step
-            evals.report(engine_snapshot(plan, stats, per_collector))
+            evals.report(engine_snapshot(plan, stats, per_collector, reported))
+            reported = stats
         if stats.checkpoint is not None:
             reporter.checkpoint_saved(Path(stats.checkpoint))
 

@@ -77,6 +77,10 @@ class Snapshot:
     time_left_s: float | None = None
     """Seconds left of this launch's time limit (:func:`time_left`; None: no limit): the console's
     estimate of the time left never exceeds it."""
+    stale: frozenset[str] = frozenset()
+    """Scalars whose source did not report in this snapshot's interval: their values are carried from
+    an earlier one (the asynchronous trainer's collectors or learner; empty: all were measured). The
+    plain console leaves them out (Note [fresh fields] in ``fastsac_trainer.console.plain``)."""
 
 
 class Reporter(Protocol):

@@ -1,7 +1,19 @@
-"""The console without a TTY: plain periodic log lines (CI, pipes, ``console=plain``)."""
+"""The console without a TTY: plain periodic log lines (CI, pipes, ``console=plain``).
+
+# Note [fresh fields]
+A line shows only what was measured since the previous line. Its counters (iteration, steps, elapsed,
+time left) are the snapshot's own; each other field (return, rates, lag, losses, ...) is shown with
+its latest value measured since the previous line, and left out when none was (``return`` and
+``ep_len`` then read ``-``), never repeated from an older interval. A snapshot says which of its
+scalars were not measured in its interval (``Snapshot.stale``: their source did not report), and the
+console keeps the fields measured by every snapshot since its last line, also those it did not print
+a line for (one line per ``min_interval_s`` at most). So ``it 100`` never shows the statistics of
+``it 53``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TextIO
@@ -27,8 +39,11 @@ _LINE_KEYS = (
 
 
 def snapshot_line(snapshot: Snapshot, first: Snapshot | None = None) -> str:
-    """One log line: progress, returns (the last evaluation's too), throughput and the main metrics."""
-    s = snapshot.scalars
+    """One log line: progress, returns (the last evaluation's too), throughput and the main metrics.
+
+    Scalars the snapshot lists as ``stale`` are left out (Note [fresh fields]).
+    """
+    s = {key: value for key, value in snapshot.scalars.items() if key not in snapshot.stale}
     pct = 100 * snapshot.env_steps / snapshot.total_env_steps if snapshot.total_env_steps else 0.0
     parts = [
         f"it {snapshot.iteration} ({pct:.1f}%)",
@@ -67,6 +82,7 @@ class PlainConsole:
         self._last_line_t = -float("inf")
         self._first: Snapshot | None = None
         self._pending: Snapshot | None = None
+        self._measured: dict[str, float] = {}  # fields measured since the last line (Note [fresh fields])
         self.board = BootBoard()
         self._last_checkpoint: Path | None = None
 
@@ -107,13 +123,20 @@ class PlainConsole:
         """Write a line for ``snapshot`` unless the previous one is younger than ``min_interval_s``."""
         if self._first is None:
             self._first = snapshot
+        self._measured.update({k: v for k, v in snapshot.scalars.items() if k not in snapshot.stale})
         now = time.monotonic()
         if now - self._last_line_t < self._min_interval_s:
             self._pending = snapshot
             return
         self._last_line_t = now
         self._pending = None
-        self._write(f"[{self._title}] {snapshot_line(snapshot, self._first)}")
+        self._write_line(snapshot)
+
+    def _write_line(self, snapshot: Snapshot) -> None:
+        """The line of ``snapshot``'s counters and the fields measured since the last line."""
+        measured = dataclasses.replace(snapshot, scalars=self._measured, stale=frozenset())
+        self._measured = {}
+        self._write(f"[{self._title}] {snapshot_line(measured, self._first)}")
 
     def evaluated(self, point: EvalPoint) -> None:
         """Write one line for the evaluation (its clip's file too)."""
@@ -134,4 +157,4 @@ class PlainConsole:
         """Write the last snapshot if its line was held back."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            self._write(f"[{self._title}] {snapshot_line(pending, self._first)}")
+            self._write_line(pending)
