@@ -99,7 +99,7 @@ def check_memory(run: Any, topology: Any, explicit: Collection[str] = ()) -> Non
     Raises:
         ConfigError: Something does not fit; the message names the setting and the values that fit.
     """
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     step = replay_step_bytes(run.dims, run.agent)
     host = _Place("host memory", psutil.virtual_memory().available)
