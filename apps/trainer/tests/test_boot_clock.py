@@ -23,3 +23,18 @@ def test_each_milestone_is_logged_once_with_seconds_since_launch(caplog: pytest.
 def test_by_default_the_seconds_count_from_this_process_start() -> None:
     """Without a launch time the clock counts from this process's creation, so it is already past zero."""
     assert BootClock().launched < time.time()
+
+
+def test_the_milestones_are_summed_up_in_one_line_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Once every expected milestone is reached one line sums them up; finish() adds no second one."""
+    clock = BootClock(
+        launched=time.time() - 5.0, expected=("workers running", "first update", "compiled switch")
+    )
+    with caplog.at_level(logging.INFO, logger="fastsac_trainer.boot_clock"):
+        for milestone in ("workers running", "first update", "compiled switch"):
+            clock.mark(milestone)
+        clock.finish()
+    lines = [r.getMessage() for r in caplog.records if "," in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("start-up: workers running 5.")
+    assert ", first update " in lines[0] and lines[0].endswith(" s after launch")
+    assert ", compiled switch " in lines[0]

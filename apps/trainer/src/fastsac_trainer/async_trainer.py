@@ -106,6 +106,7 @@ def engine_snapshot(
         scalars["perf/updates_per_s"], plan.agent.batch_size, scalars["perf/env_steps_per_s"]
     )
     if 0 in stats.learners:
+        scalars["perf/compiled"] = float(stats.learners[0].compiled)  # Note [Compile in the background]
         scalars.update({f"train/{k}": v for k, v in stats.learners[0].metrics.items()})
         scalars.update({f"perf/learner_{k}_pct": v for k, v in stats.learners[0].host_pct.items()})
     timing = {f"collector{i}": dict(c.timing_ms) for i, c in sorted(stats.collectors.items())}
@@ -204,7 +205,7 @@ def run_async(
     reported_step = -1
     reported: EngineStats | None = None  # the tick of the last snapshot reported
     evals = EvalLog(reporter, clip_log=plan.run.layout.log(evaluator_name()))
-    clock = BootClock()
+    clock = BootClock(expected=("workers running", "first update", "compiled switch"))
 
     def on_stats(stats: EngineStats) -> None:
         # One report per global step, the step the snapshot is labelled with: the learner reports its
@@ -215,6 +216,8 @@ def run_async(
         nonlocal reported_step, reported
         if stats.updates > 0:
             clock.mark("first update")
+            if 0 in stats.learners and stats.learners[0].compiled:
+                clock.mark("compiled switch")
         for report in stats.evaluations:
             evals.add(eval_point(report, plan.num_envs))
         step = stats.global_step
@@ -233,6 +236,7 @@ def run_async(
 
     try:
         result: EngineResult = run_engine(spec, on_stats, on_boot, should_stop, should_abort)
+        clock.finish()  # the milestones reached, if the run ended before the compiled switch
     except WorkerFailed as failure:
         if boot_view is not None:
             boot_view.failed(

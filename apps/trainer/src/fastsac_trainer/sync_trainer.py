@@ -177,6 +177,7 @@ def _snapshot(
     episodes: EpisodeStats,
     learning: bool,
     time_left_s: float | None = None,
+    compiled: bool = False,
 ) -> Snapshot:
     wall = max(time.perf_counter() - interval.start, 1e-9)
     its = max(interval.iterations, 1)
@@ -187,6 +188,7 @@ def _snapshot(
         "perf/learn_pct": 100.0 * interval.stage_s["update"] / wall,
         "perf/collect_ms_per_batch": stage_ms["inference"] + stage_ms["env_step"],
         "async/utd": interval.updates / its,
+        "perf/compiled": float(compiled),  # the compiled update steps run (Note [Compile in the background])
     }
     scalars["async/reuse"] = replay_reuse(
         scalars["perf/updates_per_s"], plan.agent.batch_size, scalars["perf/env_steps_per_s"]
@@ -258,12 +260,12 @@ def run_sync(
         interval = _Interval()
         last_reported = last_saved = iteration
         owed = 0  # updates due and not yet run (no complete transition to sample yet)
-        clock = BootClock()
+        clock = BootClock(expected=("first update", "compiled switch"))
 
         def report_interval(elapsed: float) -> None:
             learning = agent.update_idx > 0
             left = time_left(run.time_limit_s, elapsed - elapsed_before)
-            report(_snapshot(plan, iteration, elapsed, interval, episodes, learning, left))
+            report(_snapshot(plan, iteration, elapsed, interval, episodes, learning, left, agent.compiled))
 
         log.info("sync training %s from iteration %d to %d", plan.task_name, iteration, run.num_iterations)
         while iteration < run.num_iterations:
@@ -306,6 +308,8 @@ def run_sync(
                     # wait into the "update" stage so the timing tree is honest.
                     torch.cuda.synchronize(agent.device)
                 clock.mark("first update")
+                if agent.compiled:
+                    clock.mark("compiled switch")
             t4 = time.perf_counter()
             for name, seconds in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 interval.stage_s[name] += seconds
@@ -333,8 +337,10 @@ def run_sync(
         if iteration > start_iteration:  # the buffer of the final checkpoint, with the envs' state
             replay.save_now(agent.buffer, iteration, lambda: _env_state(env))
     finally:
+        agent.close()  # a background compile still running (Note [Compile in the background])
         replay.wait()
         env.close()
+    clock.finish()
     log.info("sync training ended (%s) at iteration %d", stop_reason, iteration)
     return SyncResult(
         iterations=iteration,

@@ -137,6 +137,9 @@ class LearnerSnapshot:
     """Latest update metrics (``qf_loss``, ``actor_loss``, ...); rank 0 only."""
     checkpoint: str | None = None
     """Path of a checkpoint written since the last snapshot (rank 0 only)."""
+    compiled: bool = False
+    """The updates run the compiled steps (after a background compile's switch: Note [Compile in the
+    background] in ``fastsac_core._background_compile``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

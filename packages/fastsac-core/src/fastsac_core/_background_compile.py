@@ -165,7 +165,7 @@ class BackgroundCompile:
             try:
                 yield
             finally:
-                stream.synchronize()  # type: ignore[no-untyped-call]
+                stream.synchronize()
 
     def _build(self) -> None:
         steps = UpdateSteps(self.model, self._cfg, self._precision, self.policy, self._device, None)

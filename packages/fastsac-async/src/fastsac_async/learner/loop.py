@@ -185,10 +185,15 @@ class Learner:
             self._maybe_drain()  # keep the rings moving between chunks (local, no collective)
 
     def _first_chunk(self, chunk: int) -> None:
-        """The first update chunk, which compiles and captures: on lent CPUs, and say how long it took."""
+        """The first update chunk, which compiles and captures: on lent CPUs, and say how long it took.
+
+        With a background compile it runs the eager steps: nothing to lend CPUs for (the compile runs
+        on the learner's own; Note [Compile in the background] in ``fastsac_core._background_compile``).
+        """
         started = time.perf_counter()
+        lent = None if self.agent.execution.background else self.settings.compile_cpus
         with (
-            borrowed_cpus(self.settings.compile_cpus) as cpus,
+            borrowed_cpus(lent) as cpus,
             self.timer.time("update"),
             self.device_timer.span(),
         ):
@@ -308,6 +313,7 @@ class Learner:
             host_pct=self.timer.shares_pct(wall),
             metrics=metrics,
             checkpoint=self._pending_checkpoint,
+            compiled=self.agent.compiled,
         )
         self._pending_checkpoint = None
         self._window_start = now
@@ -332,9 +338,15 @@ class Learner:
 def run_learner_loop(
     learner: Learner, *, profile: int = 0, after_updates: int = PROFILE_AFTER_UPDATES, name: str = "learner"
 ) -> None:
-    """Run ``learner`` until it stops; profile ``profile`` iterations (0: none) after ``after_updates``."""
-    while learner.run_iteration():
-        if profile and learner.updates >= after_updates:
-            if not profiled(learner, profile, name):
-                return
-            profile = 0
+    """Run ``learner`` until it stops; profile ``profile`` iterations (0: none) after ``after_updates``.
+
+    A background compile still running at the end is stopped (Note [Compile in the background]).
+    """
+    try:
+        while learner.run_iteration():
+            if profile and learner.updates >= after_updates:
+                if not profiled(learner, profile, name):
+                    return
+                profile = 0
+    finally:
+        learner.agent.close()
