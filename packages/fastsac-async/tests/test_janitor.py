@@ -82,6 +82,25 @@ def test_a_normal_close_tidies_exited_workers_and_leaves_the_living_parents_file
         mine.unlink(missing_ok=True)
 
 
+def test_a_normal_close_removes_the_cuda_event_files_of_exited_workers_only() -> None:
+    """close(): the driver's cuda.shm.<x>.<pid hex>.<n> files of an exited worker go; a stranger's stay."""
+    worker, stranger = _dead_pid(), _dead_pid()
+    theirs = [SHM / f"cuda.shm.{os.getuid():x}.{worker:x}.{n:x}" for n in (1, 2)]
+    others = [SHM / f"cuda.shm.{os.getuid():x}.{stranger:x}.1", SHM / f"cuda.shm.{worker:x}.not-a-pid.1"]
+    for path in (*theirs, *others):
+        path.write_bytes(b"x")
+    try:
+        assert janitor_module.cuda_event_file_pid(theirs[0].name) == worker
+        janitor = Janitor.start(default_prefix())
+        janitor.watch(worker)
+        janitor.close()
+        assert not [p.name for p in theirs if p.exists()]
+        assert all(p.exists() for p in others), "a file of a process outside the run is not the janitor's"
+    finally:
+        for path in (*theirs, *others):
+            path.unlink(missing_ok=True)
+
+
 def test_an_end_of_file_just_before_the_parents_death_still_gets_the_cleanup() -> None:
     """The pipe closes 0.5 s before the parent dies (a SIGKILL's order, slowed): the janitor still cleans."""
     parent = subprocess.Popen(["sleep", "60"])  # the janitor's parent in all but name: it judges it by pid

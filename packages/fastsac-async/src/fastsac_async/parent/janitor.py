@@ -2,9 +2,11 @@
 
 # Note [janitor]
 The parent unlinks every segment and semaphore name once all workers attached (Note [engine
-lifecycle]), but two things can outlive a parent that is SIGKILLed: the names of a run killed
-during boot, and torch's CUDA-IPC reference-count files (``/dev/shm/torch_<pid>_<n>_<k>``), which
-torch removes only when the sharing process exits normally. Nobody of the run is left to remove
+lifecycle]), but three things can outlive a parent that is SIGKILLed: the names of a run killed
+during boot, torch's CUDA-IPC reference-count files (``/dev/shm/torch_<pid>_<n>_<k>``), which
+torch removes only when the sharing process exits normally, and the CUDA driver's files of
+interprocess events (``/dev/shm/cuda.shm.<x>.<pid, hex>.<n>``), which outlive even a clean run (see
+Note [CUDA event files]). Nobody of the run is left to remove
 them: the workers die with the parent (``PR_SET_PDEATHSIG``), and multiprocessing's resource
 tracker, which would unlink the semaphores, is in the parent's process group, which a job's kill
 reaches as a whole. So the parent starts one janitor first, detached from the terminal and the
@@ -14,18 +16,30 @@ it), talking to it over a pipe:
 * ``pid N`` for every worker it spawns;
 * ``sem NAME`` for every POSIX semaphore the parent made for the run (its queues and handshake),
   ``unsem NAME`` once the parent unlinked it itself (:meth:`Janitor.unlink_semaphores`);
-* ``done`` when the run ended normally: the janitor removes the torch files of workers that have
-  exited (their CUDA-IPC shares are over) and exits;
+* ``done`` when the run ended normally: the janitor removes the torch and CUDA event files of
+  workers that have exited (their CUDA-IPC shares are over) and exits;
 * end of file without ``done``: the parent died, or is dying. The kernel closes a SIGKILLed
   process's files before it turns zombie, so the parent may still look alive at end of file (in
   5 of 13 kills measured on a 2-core machine); the janitor waits (bounded, ``_PARENT_EXIT_WAIT_S``)
   for it to be gone. A parent still there then lives on (it dropped the pipe before ``done``): only
   the exited workers' torch files go. A parent gone: the janitor waits (bounded) until every worker
   it was told of has exited, then removes the parent's segment names (``<prefix><parent pid>-*``),
-  the torch files of the parent and of every worker, and the semaphores still named to it, and
-  exits.
+  the torch and CUDA event files of the parent and of every worker, and the semaphores still named
+  to it, and exits.
 
-It only ever removes files whose creator pid is dead and is one of this run's processes. It imports
+It only ever removes files whose creator pid is dead and is one of this run's processes (and, for
+the CUDA event files, that belong to this user).
+
+# Note [CUDA event files]
+A learner shares its CUDA-IPC ring and weight slots through torch's CUDA reducer, which makes an
+interprocess CUDA event for each shared storage and exports it (``cudaIpcGetEventHandle``). The
+CUDA driver backs an exported event with a small file in /dev/shm named
+``cuda.shm.<x>.<pid>.<n>``, three hex fields, the second the pid of the exporting process (the
+format ``/cuda.shm.%x.%x.%llx`` is in the CUDA libraries; the driver needs /dev/shm shared for
+event handles to open, unlike memory handles). The driver does not remove it when the process
+exits, so each CUDA run of the learner left some behind (issue #31). They are ours to remove
+once the learner that made them has exited: only processes of the run were given the handles,
+and a consumer still running keeps its mapping of an unlinked file. It imports
 nothing but the standard library and runs as a script (``python janitor.py``), so it starts in tens
 of milliseconds and holds no torch state. A janitor that is itself SIGKILLed (a kill of the whole
 cgroup, as systemd-oomd or a container's OOM group kill does) leaves the next run's start-up sweep
@@ -44,7 +58,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Janitor"]
+__all__ = ["Janitor", "cuda_event_file_pid"]
 
 SHM_DIR = Path("/dev/shm")
 _PARENT_EXIT_WAIT_S = 10.0
@@ -184,6 +198,36 @@ def _torch_files(pids: set[int]) -> tuple[str, ...]:
     return tuple(f"torch_{pid}_" for pid in pids if not _alive(pid))
 
 
+def cuda_event_file_pid(name: str) -> int | None:
+    """The exporting process's pid in a CUDA event file's name (Note [CUDA event files]); else None."""
+    parts = name.split(".")
+    if len(parts) != 5 or parts[:2] != ["cuda", "shm"]:
+        return None
+    try:
+        return int(parts[3], 16)
+    except ValueError:
+        return None
+
+
+def _remove_cuda_event_files(pids: set[int]) -> None:
+    """Remove this user's CUDA event files of the exited processes among ``pids``."""
+    exited = {pid for pid in pids if not _alive(pid)}
+    try:
+        entries = list(SHM_DIR.glob("cuda.shm.*"))
+    except OSError:
+        return
+    for path in entries:
+        with contextlib.suppress(OSError):
+            if cuda_event_file_pid(path.name) in exited and path.stat().st_uid == os.getuid():
+                path.unlink()
+
+
+def _remove_files_of(pids: set[int], *prefixes: str) -> None:
+    """Remove the torch and CUDA event files of the exited processes among ``pids``, and ``prefixes``."""
+    _remove((*prefixes, *_torch_files(pids)))
+    _remove_cuda_event_files(pids)
+
+
 def main(argv: list[str]) -> int:
     """The janitor process: ``janitor.py <parent pid> <segment prefix>``, commands on stdin."""
     parent, prefix = int(argv[1]), argv[2]
@@ -203,16 +247,16 @@ def main(argv: list[str]) -> int:
             else:  # the parent unlinked it itself
                 semaphores.discard(name)
         elif word == "done":
-            _remove(_torch_files(workers))
+            _remove_files_of(workers)
             return 0
     # End of file without "done". The kernel closes a killed process's files before it turns zombie,
     # so the parent may still look alive here: give it time to finish dying (Note [janitor]).
     if not _all_exit({parent}, _PARENT_EXIT_WAIT_S):  # it lives on: it dropped the pipe before "done"
-        _remove(_torch_files(workers))
+        _remove_files_of(workers)
         return 0
     # The parent died.
     _all_exit(workers, _WORKERS_EXIT_WAIT_S)
-    _remove((f"{prefix}{parent}-", *_torch_files(workers | {parent})))
+    _remove_files_of(workers | {parent}, f"{prefix}{parent}-")
     for name in semaphores:
         with contextlib.suppress(OSError):
             (SHM_DIR / name).unlink()
