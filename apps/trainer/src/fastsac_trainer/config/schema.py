@@ -142,7 +142,8 @@ class TrainerConfig:
     """Most env steps of a clip."""
     stop_grace_s: float = 5.0
     """After a stop signal (Ctrl+C, SIGTERM, SIGHUP, checkpoint_signal), the longest wait for the final
-    checkpoint and a clean exit; then the run stops at once, with no final checkpoint. Keep it below
+    checkpoint and a clean exit, not counting replay writes in progress (each up to a bound: wiki/
+    trainer.md); then the run stops at once, with no final checkpoint. Keep it below
     the kill delay of the job manager (docker stop: 10 s, SLURM and Kubernetes: 30 s by default)."""
     checkpoint_signal: str | None = "SIGUSR1"
     """A signal that writes a final checkpoint and stops the run like SIGTERM: SIGUSR1, SIGUSR2, or null
