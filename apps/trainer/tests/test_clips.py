@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageSequence
 
 from fastsac_async import EvalReport
 from fastsac_trainer.async_trainer import eval_point
@@ -119,10 +119,7 @@ def test_an_ant_clip_keeps_the_body_near_the_frame_centre(tmp_path: Path) -> Non
                           text=True, timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     with Image.open(out) as gif:
-        frames = []
-        for index in range(gif.n_frames):
-            gif.seek(index)
-            frames.append(np.asarray(gif.convert("RGB")))
+        frames = [np.asarray(frame.convert("RGB")) for frame in ImageSequence.Iterator(gif)]
     assert len(frames) == 41, "the reset state and 40 steps"
     for index, frame in enumerate(frames):
         ys, xs = np.nonzero(_ant_pixels(frame))

@@ -100,7 +100,7 @@ def record_video(
             "gymnasium id; record videos of gymnasium tasks (task.env_id), or render your env yourself"
         )
     import_env_module(factory.env_import)
-    camera = {} if factory.video_camera is None else {"camera_name": factory.video_camera}
+    camera: dict[str, Any] = {} if factory.video_camera is None else {"camera_name": factory.video_camera}
     with quiet_mujoco_compiler():
         env: Any = gym.make(factory.env_id, render_mode="rgb_array", width=width, height=height,
                             max_episode_steps=factory.max_episode_steps, **camera,
