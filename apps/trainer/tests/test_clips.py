@@ -108,6 +108,7 @@ record_video(policy, factory, out, seed=0, max_steps=40, width=128, height=128)
 """
 
 
+@pytest.mark.slow
 def test_an_ant_clip_keeps_the_body_near_the_frame_centre(tmp_path: Path) -> None:
     """An Ant thrown ~20 m (reset noise 2) stays near the centre of all 41 frames of its GIF (real MuJoCo)."""
     backend = _backend()
