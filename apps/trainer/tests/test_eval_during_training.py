@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +17,15 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fastsac_async.run_layout import RunLayout
 from fastsac_core import peek_checkpoint
-from fastsac_trainer.evaluate import evaluate, load_policy
+from fastsac_trainer.cli import main
+from fastsac_trainer.evaluate import eval_main, evaluate, load_policy
 from fastsac_trainer.tasks import env_factory_for
 from fastsac_trainer.testing import TINY_PENDULUM
 
 APP_DIR = Path(__file__).resolve().parents[1]
 TINY = [*TINY_PENDULUM, "algo.trainer.save_interval=2"]
 EVAL = ["algo.trainer.eval_interval_s=null", "algo.trainer.eval_episodes=2", "runs_root=runs", "run_name=r"]
+SYNC = [*TINY, *EVAL[:3], "algo.trainer.asynchronous=false"]
 
 
 def _eval_steps(run_dir: Path) -> list[int]:
@@ -44,8 +47,26 @@ def _trainer(args: list[str], cwd: Path) -> str:
     return result.stdout
 
 
+@pytest.fixture(scope="module")
+def sync_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two sync runs of 60 iterations, one seed, in ``runs/``: ``r`` evaluates every 20, ``off`` never.
+
+    Tests that change a run work on their own copy of it.
+    """
+    folder = tmp_path_factory.mktemp("sync")
+    _trainer(
+        [*SYNC, "algo.trainer.eval_interval=20", "algo.trainer.num_learning_iterations=60", "run_name=r"],
+        folder,
+    )
+    off = ["algo.trainer.eval_interval=null", "algo.trainer.num_learning_iterations=60", "run_name=off"]
+    _trainer([*SYNC, *off], folder)
+    return folder
+
+
 @pytest.mark.slow
-def test_async_run_logs_eval_at_the_cadence_and_best_pt_reproduces_its_return(tmp_path: Path) -> None:
+def test_async_run_logs_eval_at_the_cadence_and_best_pt_reproduces_its_return(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Async: eval/return every >= eval_interval iterations; `trainer eval` of best.pt gives its return."""
     budget = ["algo.trainer.num_learning_iterations=300", "algo.trainer.save_interval=1000"]
     one_collector = "algo.trainer.async_options.num_collectors=1"
@@ -63,16 +84,20 @@ def test_async_run_logs_eval_at_the_cadence_and_best_pt_reproduces_its_return(tm
     config = OmegaConf.to_container(OmegaConf.load(RunLayout(run_dir).config), resolve=True)
     task = config["task"]  # type: ignore[index]
     assert evaluate(policy, env_factory_for(task), 2, 0).mean_return == extra["eval_return"], "exactly"
-    printed = _trainer(["eval", f"checkpoint={best}", "episodes=2"], tmp_path)
+    capsys.readouterr()
+    assert eval_main([f"checkpoint={best}", "episodes=2"]) == 0  # `trainer eval`, in this process
+    printed = capsys.readouterr().out
     assert f"mean return {extra['eval_return']:.2f}" in printed, printed
 
 
 @pytest.mark.slow
-def test_sync_run_evaluates_every_eval_interval_and_a_resume_keeps_the_better_best(tmp_path: Path) -> None:
+def test_sync_run_evaluates_every_eval_interval_and_a_resume_keeps_the_better_best(
+    sync_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Sync: eval/return exactly every eval_interval iterations; a resume never replaces a better best.pt."""
-    sync = [*TINY, *EVAL, "algo.trainer.asynchronous=false", "algo.trainer.eval_interval=20"]
-    _trainer([*sync, "algo.trainer.num_learning_iterations=60"], tmp_path)
+    sync = [*SYNC, "run_name=r", "algo.trainer.eval_interval=20"]
     run_dir = tmp_path / "runs" / "r"
+    shutil.copytree(sync_runs / "runs" / "r", run_dir)  # the shared run stays as it ended
     assert _eval_steps(run_dir) == [40, 80, 120], "every 20 iterations of 2 envs"
     best = RunLayout(run_dir).best_checkpoint
     payload = torch.load(best, weights_only=True)
@@ -82,28 +107,22 @@ def test_sync_run_evaluates_every_eval_interval_and_a_resume_keeps_the_better_be
     _trainer([*sync, "algo.trainer.num_learning_iterations=100", "resume=runs/r"], tmp_path)
     assert _eval_steps(run_dir)[-2:] == [160, 200], "the resumed run goes on evaluating"
     assert best.read_bytes() == saved, "the better best of the first session is kept"
-    refused = _run([*sync, f"resume={best}", "run_name=r2"], tmp_path)
-    assert refused.returncode == 2 and "is a policy checkpoint" in refused.stderr, refused.stderr
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # the command line's main, in this process
+        main([*sync, f"resume={best}", "run_name=r2"])
+    stderr = capsys.readouterr().err
+    assert refused.value.code == 2 and "is a policy checkpoint" in stderr, stderr
+    assert not (tmp_path / "runs" / "r2").exists()
 
 
 @pytest.mark.slow
-def test_evaluating_leaves_the_synchronous_training_unchanged(tmp_path: Path) -> None:
-    """Same seed, evaluation every 10 iterations or none: the trained actors are identical, bit for bit."""
-    sync = [
-        *TINY,
-        "algo.trainer.asynchronous=false",
-        "algo.trainer.num_learning_iterations=30",
-        "runs_root=runs",
-    ]
-    _trainer(
-        [*sync, "algo.trainer.eval_interval=10", "algo.trainer.eval_episodes=2", "run_name=on"], tmp_path
-    )
-    _trainer(
-        [*sync, "algo.trainer.eval_interval=null", "algo.trainer.eval_interval_s=null", "run_name=off"],
-        tmp_path,
-    )
-    assert _eval_steps(tmp_path / "runs" / "on") == [20, 40, 60]
-    actors = [load_policy(RunLayout(tmp_path / "runs" / r).checkpoint(30))[0].actor for r in ("on", "off")]
+def test_evaluating_leaves_the_synchronous_training_unchanged(sync_runs: Path) -> None:
+    """Same seed, evaluation every 20 iterations or none: the trained actors are identical, bit for bit."""
+    runs = sync_runs / "runs"
+    assert _eval_steps(runs / "r") == [40, 80, 120]
+    assert not RunLayout(runs / "off").best_checkpoint.exists(), "the other run never evaluated"
+    actors = [load_policy(RunLayout(runs / r).checkpoint(60))[0].actor for r in ("r", "off")]
     for (name, a), b in zip(actors[0].state_dict().items(), actors[1].state_dict().values(), strict=True):
         assert torch.equal(a, b), name
 
