@@ -71,10 +71,18 @@ def wandb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def _wandb_launches(run_dir: Path) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Each launch's run record and history rows as wandb's own reader prints them, in start order."""
+    """Each launch's run record and history rows as wandb's own reader prints them, in start order.
+
+    The reader is wandb-core's ``leet inspect``, run as ``python -m wandb leet inspect --json FOLDER``
+    runs it, without that command's Python start (1.5 s of CPU a call; the kill test polls with it).
+    """
+    from wandb.util import get_core_path
+
     launches = []
     for folder in RunLayout(run_dir).wandb_files.glob("offline-run-*"):
-        command = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(folder)]
+        (log,) = folder.glob("run-*.wandb")
+        command = [get_core_path(), "leet", "inspect", "--no-observability", "--json"]
+        command += ["--run-file", str(log), str(folder.parent)]
         read = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
         records = [json.loads(line) for line in read.stdout.splitlines()]
         run = next(r["run"] for r in records if r["type"] == "run")
