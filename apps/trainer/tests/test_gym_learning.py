@@ -1,8 +1,8 @@
 """``task=gym`` learns a gymnasium MuJoCo env that is not built in, with the generic learning recipe.
 
 InvertedPendulum-v5 through ``task=gym task.env_id=InvertedPendulum-v5``: its registered wrappers
-kept, the generic support (-1000..1000, so its values 0..100 span five atoms), gamma, learning
-rates, entropy settings, n-step and policy frequency of ``GYM_TASK``. Only the compute is scaled to
+kept, the general recipe of ``GYM_TASK`` (normalised rewards on a ±10 support, gamma 0.995, 3-step
+returns) with its learning rates, entropy settings and policy frequency. Only the compute is scaled to
 a 2-core CPU, as the ``pendulum`` task's is (networks 64/128, batch 256, 8 envs x 4 updates) and
 the episodes are 200 steps so that the evaluation is short. Threshold: the final checkpoint's
 deterministic policy balances for a mean of >= 100 of 200 steps over 16 episodes (a random policy:
@@ -48,6 +48,7 @@ def test_gym_task_learns_inverted_pendulum_with_generic_settings(tmp_path: Path)
     policy, meta = load_policy(result.last_checkpoint)
     recipe = GYM_TASK.agent_config()
     for key in (
+        "reward_normalization",
         "v_min",
         "v_max",
         "gamma",

@@ -158,10 +158,12 @@ def test_non_flat_and_unbounded_spaces_are_refused() -> None:
 
 
 def test_gym_task_has_generic_defaults_and_is_listed() -> None:
-    """task=gym is registered last, has no env of its own, and a support wide enough for ±10 per step."""
+    """task=gym is registered last, has no env of its own, and needs nothing of the env's reward scale."""
     assert task_names()[-1] == "gym" and get_task("gym") is GYM_TASK
     cfg = GYM_TASK.agent_config()
-    assert cfg.gamma == 0.99 and cfg.v_min <= -1000.0 and cfg.v_max >= 1000.0
+    assert cfg.reward_normalization, "a support in scaled units: the env's reward scale is unknown"
+    assert cfg.gamma == 0.995 and cfg.num_steps == 3, "the general recipe (wiki/tasks.md)"
+    assert cfg.v_min <= -1000.0 and cfg.v_max >= 1000.0, "raw support (rn off): up to 10 per step at 0.99"
     assert cfg.batch_size % GYM_TASK.num_envs == 0
     with pytest.raises(TaskError, match=r"task\.env_id=<gymnasium id>"):
         GYM_TASK.env_factory()

@@ -27,7 +27,8 @@ def test_agent_config_applies_overrides(name: str) -> None:
     for key, value in spec.agent_overrides.items():
         assert getattr(cfg, key) == value
     assert cfg.v_min < 0 < cfg.v_max
-    assert cfg.gamma == 0.99
+    # The raw supports are sized for gamma 0.99 (wiki/tasks.md); another gamma needs normalised rewards.
+    assert cfg.gamma == 0.99 or cfg.reward_normalization
     assert cfg.batch_size % spec.num_envs == 0
     assert spec.agent_config(batch_size=64).batch_size == 64
 
