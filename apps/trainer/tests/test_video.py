@@ -111,6 +111,50 @@ def test_eval_video_out_gif_writes_a_gif(backend: str, cheetah_run: Path, tmp_pa
     assert list(tmp_path.iterdir()) == [out], "nothing else, no partial file"
 
 
+_WITHOUT_FFMPEG = """
+import sys
+from pathlib import Path
+
+sys.modules["imageio_ffmpeg"] = None  # as in an install without it (the GPU host's): its import fails
+from fastsac_trainer.rendering import select_gl
+
+select_gl()
+from fastsac_trainer.cli import main
+from fastsac_trainer.evaluate import load_policy
+from fastsac_trainer.tasks import get_task
+from fastsac_trainer.video import EvalClips
+
+checkpoint, out = Path(sys.argv[1]), Path(sys.argv[2])
+policy, _ = load_policy(checkpoint)
+print("clip frames", EvalClips(get_task("halfcheetah").env_factory(), steps=4)(policy, 0, out, lambda: False))
+sys.argv = ["trainer", "eval", f"checkpoint={checkpoint}", "episodes=1", "video=true", "video_steps=4"]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_without_imageio_ffmpeg_clips_are_gifs_and_an_mp4_is_refused(
+    backend: str, cheetah_run: Path, tmp_path: Path
+) -> None:
+    """No imageio-ffmpeg: a clip of an evaluation is its GIF alone; trainer eval's MP4 is one line, exit 2."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("MUJOCO_GL", None)
+    checkpoint = RunLayout(cheetah_run).checkpoint(3)
+    out = tmp_path / "videos" / "eval_7.mp4"
+    videos = RunLayout(cheetah_run).videos  # shared with the tests above: compare before and after
+    before = {f: f.stat().st_mtime_ns for f in videos.glob("*")} if videos.is_dir() else {}
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_FFMPEG, str(checkpoint), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert "clip frames 5" in done.stdout, done.stdout + done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["eval_7.gif"], "the GIF alone, no partial MP4"
+    assert len(_gif_frames(out.with_suffix(".gif").read_bytes())) == 5
+    assert done.returncode == 2, done.stdout + done.stderr
+    (error,) = done.stderr.strip().splitlines()
+    assert "imageio-ffmpeg" in error and "video_out=" in error and ".gif" in error, error
+    after = {f: f.stat().st_mtime_ns for f in videos.glob("*")} if videos.is_dir() else {}
+    assert after == before, "trainer eval wrote nothing"
+
+
 def test_no_backend_is_one_line_naming_the_packages(monkeypatch: pytest.MonkeyPatch) -> None:
     """With every backend failing, select_gl raises one line naming EGL and OSMesa packages."""
     monkeypatch.delenv("MUJOCO_GL", raising=False)

@@ -154,8 +154,11 @@ class WandbReporter:
             return {}
         point, self._evals = self._evals[-1], []
         row: dict[str, Any] = {**eval_scalars(point), _EVAL_ENV_STEPS: point.env_steps}
-        if point.video is not None and point.video.is_file():
-            row[VIDEO_TAG] = self._wandb.Video(str(point.video), format="mp4")
+        if point.video is not None:
+            # The MP4, or its GIF alone where no MP4 could be written (fastsac_trainer.video).
+            clip = next((f for f in (point.video, point.video.with_suffix(".gif")) if f.is_file()), None)
+            if clip is not None:
+                row[VIDEO_TAG] = self._wandb.Video(str(clip), format=clip.suffix.lstrip("."))
         return row
 
     def _log(self, row: dict[str, Any], iteration: int) -> None:

@@ -127,10 +127,13 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     rendering = None
     if every and run.evaluation is not None:
         from fastsac_trainer.rendering import select_gl
+        from fastsac_trainer.video import mp4_unavailable
 
         # Before the evaluator is spawned (it inherits MUJOCO_GL) and before the sync trainer renders.
         backend = select_gl(f"algo.trainer.eval_video_every={every}", "set algo.trainer.eval_video_every=0")
         rendering = f"clips of evaluations: every {every}, rendered with MUJOCO_GL={backend}"
+        if (no_mp4 := mp4_unavailable()) is not None:
+            rendering += f"; GIF only ({no_mp4})"
     budget = run.config["algo"]["trainer"]["num_learning_iterations"]
     resumed_at = None if resume_from is None else check_resumable(resume_from, run)
     if resumed_at is not None and resumed_at >= budget:

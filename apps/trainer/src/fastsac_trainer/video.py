@@ -10,6 +10,10 @@ name the env's model lacks is refused in one line (:func:`check_camera`).
 :class:`EvalClips` is the clip recorder of evaluations during training
 (``algo.trainer.eval_video_every``): the MP4, and beside it a GIF of the same clip (at most
 :data:`GIF_MAX_FRAMES` frames, played at the episode's speed), which TensorBoard shows.
+
+MP4 needs imageio-ffmpeg (a dependency of the trainer, but an install can lack it: its wheel is large).
+Without it (:func:`mp4_unavailable`) clips of evaluations are GIFs alone, said once at launch, and
+``trainer eval video=true`` asks for ``video_out=<name>.gif`` before rendering anything.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "VideoInfo",
     "check_camera",
     "gif_of",
+    "mp4_unavailable",
     "record_video",
 ]
 
@@ -56,6 +61,15 @@ class VideoInfo:
     """Frames in it (a GIF keeps at most :data:`GIF_MAX_FRAMES` of the episode's)."""
     fps: int
     """Frames per second (the env's render rate)."""
+
+
+def mp4_unavailable() -> str | None:
+    """Why an MP4 cannot be written in this environment (imageio-ffmpeg is missing), or None."""
+    try:
+        import imageio_ffmpeg  # noqa: F401  (small: it only locates the ffmpeg binary)
+    except ImportError:
+        return "MP4 needs imageio-ffmpeg, which is not installed here"
+    return None
 
 
 def record_video(
@@ -83,10 +97,12 @@ def record_video(
         width: Frame width in pixels (a multiple of 16 keeps H.264 from resizing).
         height: Frame height in pixels.
         should_stop: Polled every step; True: nothing is written and None is returned.
-        gif: Also write :func:`gif_of` the frames to ``out`` with the suffix ``.gif``.
+        gif: Also write :func:`gif_of` the frames to ``out`` with the suffix ``.gif``; where no MP4
+            can be written (:func:`mp4_unavailable`), the GIF alone (the returned path is the GIF's).
 
     Raises:
-        TrainerAppError: The env is not a gymnasium env this can render (a user's ``env_factory``).
+        TrainerAppError: The env is not a gymnasium env this can render (a user's ``env_factory``), or
+            an MP4 is asked (without ``gif``) where none can be written.
     """
     import gymnasium as gym
 
@@ -94,6 +110,12 @@ def record_video(
     from fastsac_trainer.tasks import MujocoEnvFactory, import_env_module
     from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
 
+    mp4 = out.suffix.lower() != ".gif"
+    no_mp4 = mp4_unavailable() if mp4 else None
+    if no_mp4 is not None and not gif:
+        raise TrainerAppError(
+            f"video_out={out} is invalid: {no_mp4}; install it or use video_out={out.stem}.gif"
+        )
     if not isinstance(factory, MujocoEnvFactory):
         raise TrainerAppError(
             f"video=true is invalid for this run: its env comes from {type(factory).__name__}, not a "
@@ -123,9 +145,10 @@ def record_video(
     finally:
         env.close()
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix.lower() == ".gif":  # Pillow alone: no ffmpeg needed
-        _write_whole(out, gif_of(frames, fps))
-        return VideoInfo(out, len(frames[:: _gif_stride(len(frames))]), fps)
+    if not mp4 or no_mp4 is not None:  # Pillow alone: no ffmpeg needed
+        gif_out = out.with_suffix(".gif")
+        _write_whole(gif_out, gif_of(frames, fps))
+        return VideoInfo(gif_out, len(frames[:: _gif_stride(len(frames))]), fps)
     import imageio.v3 as iio
 
     partial = out.with_name(f".{out.stem}.partial{out.suffix}")  # the suffix tells ffmpeg the format
