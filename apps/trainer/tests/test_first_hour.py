@@ -340,6 +340,41 @@ def test_a_replay_buffer_larger_than_the_gpu_is_refused_naming_the_gpu(
     assert sorted(world.rglob("*")) == before
 
 
+def test_without_a_gpu_its_free_memory_is_unknown_not_an_error() -> None:
+    """No GPU (or no NVML): gpu_free_bytes says None, so the memory check skips the GPU, no traceback."""
+    import torch
+
+    from fastsac_trainer.config.memory import gpu_free_bytes
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the gpu test below checks its figure")
+    assert gpu_free_bytes("cuda:0") is None and gpu_free_bytes("cuda") is None
+
+
+_GPU_FREE = """
+import torch
+from fastsac_trainer.config.memory import gpu_free_bytes
+
+nvml = gpu_free_bytes("cuda:0")
+print("context", torch.cuda.is_initialized())
+free, _ = torch.cuda.mem_get_info(0)
+print("free", nvml, free)
+"""
+
+
+@pytest.mark.gpu
+def test_the_gpu_memory_check_asks_nvml_and_creates_no_cuda_context() -> None:
+    """gpu_free_bytes creates no CUDA context, and agrees with CUDA's own free memory within 2 GiB."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _GPU_FREE], capture_output=True, text=True, timeout=120,
+                          check=True)  # fmt: skip
+    assert "context False" in done.stdout, done.stdout + done.stderr
+    nvml, cuda = (int(v) for v in done.stdout.split("free ")[1].split())
+    assert 0 <= nvml - cuda < 2**31, "NVML's figure is taken before the context CUDA's own query creates"
+
+
 @pytest.mark.slow
 def test_a_worker_failing_while_training_is_named_with_its_exception(world: Path) -> None:
     """An env raising on its 31st step: the last line names the exception, says worker (not boot) failed.

@@ -8,8 +8,11 @@ and compares what the run will allocate with what is there:
 * **host memory** (``psutil.virtual_memory().available``): the replay buffer of every CPU learner (the
   synchronous trainer's too) and every transition ring (``/dev/shm`` is memory);
 * **/dev/shm** (its free space, ``os.statvfs``): the transition rings, one per collector;
-* **each GPU** (``torch.cuda.mem_get_info``, asked only when a learner is on CUDA): the replay buffers of
-  the learners on it.
+* **each GPU** (its free memory as NVML reports it, asked only when a learner is on CUDA): the replay
+  buffers of the learners on it. NVML, not ``torch.cuda.mem_get_info``: that would create a CUDA context
+  in the parent for the whole run (about 0.5 GB of the learner's GPU, and under the EXCLUSIVE_PROCESS
+  compute mode the learner could not create its own). A GPU whose free memory NVML cannot tell (no
+  driver library, a MIG slice, an unknown PCI address) is not checked, with a log line.
 
 The sizes come from the parts themselves, never re-derived here: a replay buffer is
 ``algo.agent.buffer_size`` steps of each of its envs, stored ``(capacity, num_envs, ...)`` per field
@@ -25,6 +28,7 @@ the one given on the command line first.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 from collections.abc import Collection
@@ -33,7 +37,9 @@ from typing import Any
 
 from fastsac_trainer.config.exceptions import ConfigError
 
-__all__ = ["SUGGESTED_SHARE", "check_memory", "replay_step_bytes"]
+log = logging.getLogger(__name__)
+
+__all__ = ["SUGGESTED_SHARE", "check_memory", "gpu_free_bytes", "replay_step_bytes"]
 
 SUGGESTED_SHARE = 0.8
 """Share of what is there that a suggested value fills (the rest: processes, networks, envs)."""
@@ -121,9 +127,10 @@ def check_memory(run: Any, topology: Any, explicit: Collection[str] = ()) -> Non
         place = host
         if device != "cpu":
             if device not in gpus:
-                import torch
-
-                free, _ = torch.cuda.mem_get_info(torch.device(device))
+                free = gpu_free_bytes(device)
+                if free is None:
+                    log.info("memory check: the free memory of %s is unknown (NVML); not checked", device)
+                    continue
                 gpus[device] = _Place(f"{device} memory", free)
             place = gpus[device]
         place.replay += run.agent.buffer_size * envs * step
@@ -131,6 +138,31 @@ def check_memory(run: Any, topology: Any, explicit: Collection[str] = ()) -> Non
     for place in [*places, *gpus.values()]:
         if place.need > place.free:
             raise _refusal(run, place, explicit, envs_multiple)
+
+
+def gpu_free_bytes(device: str) -> int | None:
+    """Free memory of the CUDA device ``device`` (``cuda`` or ``cuda:N``) as NVML reports it; None: unknown.
+
+    No CUDA context is created (Note [memory check]); CUDA's index is mapped to NVML's device through its
+    PCI address (``numa_bind.gpu_localities``, which follows ``CUDA_VISIBLE_DEVICES``).
+    """
+    from numa_bind import gpu_localities
+
+    index = int(device.partition(":")[2] or 0)
+    bus_id = next((g.pci_bus_id for g in gpu_localities() if g.cuda_index == index), None)
+    if bus_id is None:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no library, no driver, a device NVML will not answer for
+        return None
 
 
 def _refusal(run: Any, place: _Place, explicit: Collection[str], envs_multiple: int) -> ConfigError:
