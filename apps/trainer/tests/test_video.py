@@ -111,6 +111,15 @@ def test_eval_video_out_gif_writes_a_gif(backend: str, cheetah_run: Path, tmp_pa
     assert list(tmp_path.iterdir()) == [out], "nothing else, no partial file"
 
 
+def test_an_ffmpeg_that_is_not_there_means_no_mp4(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IMAGEIO_FFMPEG_EXE naming no file: MP4s are unavailable (clips fall back to GIFs), with the path."""
+    from fastsac_trainer.video import mp4_unavailable
+
+    assert mp4_unavailable() is None, "this machine has imageio-ffmpeg and its binary"
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", "/nonexistent/ffmpeg")
+    assert "not at /nonexistent/ffmpeg" in (mp4_unavailable() or "")
+
+
 _WITHOUT_FFMPEG = """
 import sys
 from pathlib import Path

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +65,17 @@ class VideoInfo:
 
 
 def mp4_unavailable() -> str | None:
-    """Why an MP4 cannot be written in this environment (imageio-ffmpeg is missing), or None."""
+    """Why an MP4 cannot be written in this environment (no imageio-ffmpeg, or no ffmpeg binary), or None."""
     try:
-        import imageio_ffmpeg  # noqa: F401  (small: it only locates the ffmpeg binary)
+        import imageio_ffmpeg  # type: ignore[import-untyped]  # small: it only locates the ffmpeg binary
     except ImportError:
         return "MP4 needs imageio-ffmpeg, which is not installed here"
+    try:
+        exe = imageio_ffmpeg.get_ffmpeg_exe()  # IMAGEIO_FFMPEG_EXE as given, else its bundled binary
+    except RuntimeError:  # installed without its binary
+        return "MP4 needs ffmpeg, which imageio-ffmpeg cannot find"
+    if not (os.path.isfile(exe) or shutil.which(exe)):
+        return f"MP4 needs ffmpeg, which is not at {exe} (IMAGEIO_FFMPEG_EXE)"
     return None
 
 
@@ -151,14 +158,14 @@ def record_video(
         return VideoInfo(gif_out, len(frames[:: _gif_stride(len(frames))]), fps)
     import imageio.v3 as iio
 
+    if gif:  # first: the GIF needs Pillow alone, so an MP4 that fails does not take it along
+        _write_whole(out.with_suffix(".gif"), gif_of(frames, fps))
     partial = out.with_name(f".{out.stem}.partial{out.suffix}")  # the suffix tells ffmpeg the format
     try:
         iio.imwrite(partial, np.stack(frames), plugin="FFMPEG", fps=fps, codec="libx264", macro_block_size=16)
         os.replace(partial, out)
     finally:
         partial.unlink(missing_ok=True)  # a failed write (no ffmpeg, a full disk) leaves nothing
-    if gif:
-        _write_whole(out.with_suffix(".gif"), gif_of(frames, fps))
     return VideoInfo(out, len(frames), fps)
 
 
