@@ -83,15 +83,24 @@ def test_a_normal_close_tidies_exited_workers_and_leaves_the_living_parents_file
 
 
 def test_a_normal_close_removes_the_cuda_event_files_of_exited_workers_only() -> None:
-    """close(): the driver's cuda.shm.<x>.<pid hex>.<n> files of an exited worker go; a stranger's stay."""
+    """close(): an exited worker's cuda.shm.<x>.<pid hex>.<n> files from the run go; older, others' stay."""
     worker, stranger = _dead_pid(), _dead_pid()
     theirs = [SHM / f"cuda.shm.{os.getuid():x}.{worker:x}.{n:x}" for n in (1, 2)]
-    others = [SHM / f"cuda.shm.{os.getuid():x}.{stranger:x}.1", SHM / f"cuda.shm.{worker:x}.not-a-pid.1"]
-    for path in (*theirs, *others):
-        path.write_bytes(b"x")
+    older = SHM / f"cuda.shm.{os.getuid():x}.{worker:x}.3"  # another pid namespace's process, same number
+    others = [
+        SHM / f"cuda.shm.{os.getuid():x}.{stranger:x}.1",
+        SHM / f"cuda.shm.{worker:x}.not-a-pid.1",
+        older,
+    ]
     try:
         assert janitor_module.cuda_event_file_pid(theirs[0].name) == worker
         janitor = Janitor.start(default_prefix())
+        for path in (*theirs, *others):
+            path.write_bytes(b"x")
+        now = time.time()
+        for path in theirs:  # written by the worker after the run started
+            os.utime(path, (now + 1.0, now + 1.0))
+        os.utime(older, (now - 3600.0, now - 3600.0))  # written before the run started
         janitor.watch(worker)
         janitor.close()
         assert not [p.name for p in theirs if p.exists()]
@@ -112,7 +121,16 @@ def test_an_end_of_file_just_before_the_parents_death_still_gets_the_cleanup() -
     ]
     for path in ours:
         path.write_bytes(b"x")
-    command = [sys.executable, "-I", "-S", janitor_module.__file__, str(parent.pid), default_prefix()]
+    started = repr(time.time())
+    command = [
+        sys.executable,
+        "-I",
+        "-S",
+        janitor_module.__file__,
+        str(parent.pid),
+        default_prefix(),
+        started,
+    ]
     janitor = subprocess.Popen(command, stdin=subprocess.PIPE)
     try:
         assert janitor.stdin is not None

@@ -28,7 +28,7 @@ it), talking to it over a pipe:
   to it, and exits.
 
 It only ever removes files whose creator pid is dead and is one of this run's processes (and, for
-the CUDA event files, that belong to this user).
+the CUDA event files, that belong to this user and were last written at or after the run's start).
 
 # Note [CUDA event files]
 A learner shares its CUDA-IPC ring and weight slots through torch's CUDA reducer, which makes an
@@ -39,11 +39,17 @@ format ``/cuda.shm.%x.%x.%llx`` is in the CUDA libraries; the driver needs /dev/
 event handles to open, unlike memory handles). The driver does not remove it when the process
 exits, so each CUDA run of the learner left some behind (issue #31). They are ours to remove
 once the learner that made them has exited: only processes of the run were given the handles,
-and a consumer still running keeps its mapping of an unlinked file. It imports
-nothing but the standard library and runs as a script (``python janitor.py``), so it starts in tens
-of milliseconds and holds no torch state. A janitor that is itself SIGKILLed (a kill of the whole
-cgroup, as systemd-oomd or a container's OOM group kill does) leaves the next run's start-up sweep
-as the backstop for segment names, and a run killed during boot then leaves its semaphores.
+and a consumer still running keeps its mapping of an unlinked file. The pid field alone does not
+make a file ours: containers that share /dev/shm and the uid have their own pid namespaces, so a
+live process of another container can carry the number of our exited worker. A file of ours is
+written after the run started (its workers' CUDA set-up takes seconds), so a file with an older
+mtime is never removed; the parent passes its wall-clock time at :meth:`Janitor.start`.
+
+The janitor imports nothing but the standard library and runs as a script (``python janitor.py``),
+so it starts in tens of milliseconds and holds no torch state. A janitor that is itself SIGKILLed
+(a kill of the whole cgroup, as systemd-oomd or a container's OOM group kill does) leaves the next
+run's start-up sweep as the backstop for segment names, and a run killed during boot then leaves
+its semaphores.
 """
 
 from __future__ import annotations
@@ -83,8 +89,9 @@ class Janitor:
     @classmethod
     def start(cls, prefix: str) -> Janitor:
         """Start the janitor of this (parent) process; ``prefix`` is the segment name prefix in force."""
+        started = repr(time.time())  # before any worker: Note [CUDA event files]
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", __file__, str(os.getpid()), prefix],
+            [sys.executable, "-I", "-S", __file__, str(os.getpid()), prefix, started],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -209,8 +216,11 @@ def cuda_event_file_pid(name: str) -> int | None:
         return None
 
 
-def _remove_cuda_event_files(pids: set[int]) -> None:
-    """Remove this user's CUDA event files of the exited processes among ``pids``."""
+def _remove_cuda_event_files(pids: set[int], started: float) -> None:
+    """Remove this user's CUDA event files of the exited processes among ``pids`` written since ``started``.
+
+    Note [CUDA event files]: a file older than the run is a stranger's whose pid number matches.
+    """
     exited = {pid for pid in pids if not _alive(pid)}
     try:
         entries = list(SHM_DIR.glob("cuda.shm.*"))
@@ -218,19 +228,25 @@ def _remove_cuda_event_files(pids: set[int]) -> None:
         return
     for path in entries:
         with contextlib.suppress(OSError):
-            if cuda_event_file_pid(path.name) in exited and path.stat().st_uid == os.getuid():
+            if cuda_event_file_pid(path.name) not in exited:
+                continue
+            stat = path.stat()
+            if stat.st_uid == os.getuid() and stat.st_mtime >= started:
                 path.unlink()
 
 
-def _remove_files_of(pids: set[int], *prefixes: str) -> None:
+def _remove_files_of(pids: set[int], started: float, *prefixes: str) -> None:
     """Remove the torch and CUDA event files of the exited processes among ``pids``, and ``prefixes``."""
     _remove((*prefixes, *_torch_files(pids)))
-    _remove_cuda_event_files(pids)
+    _remove_cuda_event_files(pids, started)
 
 
 def main(argv: list[str]) -> int:
-    """The janitor process: ``janitor.py <parent pid> <segment prefix>``, commands on stdin."""
-    parent, prefix = int(argv[1]), argv[2]
+    """The janitor process: ``janitor.py <parent pid> <segment prefix> <run start, time.time()>``.
+
+    Commands come on stdin (Note [janitor]).
+    """
+    parent, prefix, started = int(argv[1]), argv[2], float(argv[3])
     # A job manager signals every process of the job (Note [worker signals]); the janitor ends on its pipe.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
@@ -247,16 +263,16 @@ def main(argv: list[str]) -> int:
             else:  # the parent unlinked it itself
                 semaphores.discard(name)
         elif word == "done":
-            _remove_files_of(workers)
+            _remove_files_of(workers, started)
             return 0
     # End of file without "done". The kernel closes a killed process's files before it turns zombie,
     # so the parent may still look alive here: give it time to finish dying (Note [janitor]).
     if not _all_exit({parent}, _PARENT_EXIT_WAIT_S):  # it lives on: it dropped the pipe before "done"
-        _remove_files_of(workers)
+        _remove_files_of(workers, started)
         return 0
     # The parent died.
     _all_exit(workers, _WORKERS_EXIT_WAIT_S)
-    _remove_files_of(workers | {parent}, f"{prefix}{parent}-")
+    _remove_files_of(workers | {parent}, started, f"{prefix}{parent}-")
     for name in semaphores:
         with contextlib.suppress(OSError):
             (SHM_DIR / name).unlink()
