@@ -38,3 +38,13 @@ def test_the_milestones_are_summed_up_in_one_line_once(caplog: pytest.LogCapture
     assert len(lines) == 1 and lines[0].startswith("start-up: workers running 5.")
     assert ", first update " in lines[0] and lines[0].endswith(" s after launch")
     assert ", compiled switch " in lines[0]
+
+
+def test_a_single_milestone_is_not_summed_up(caplog: pytest.LogCaptureFixture) -> None:
+    """A run that reached one milestone logs its line once: finish() adds no summary repeating it."""
+    clock = BootClock(launched=time.time() - 5.0, expected=("first update", "compiled switch"))
+    with caplog.at_level(logging.INFO, logger="fastsac_trainer.boot_clock"):
+        clock.mark("first update")
+        clock.finish()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("start-up: first update 5."), lines

@@ -6,7 +6,8 @@ whose updates run the compiled steps: Note [Compile in the background] in
 ``fastsac_core._background_compile``); the line goes to the app's log (the console and
 ``logs/trainer.log``): ``start-up: first update 37.4 s after launch``. Once every milestone the trainer
 expects is reached, or at ``finish`` (the end of the run), one line sums them up: ``start-up: workers
-running 17.6 s, first update 18.3 s, compiled switch 52.0 s after launch``. The launch is the start of
+running 17.6 s, first update 18.3 s, compiled switch 52.0 s after launch``; a run that reached one
+milestone only has no summary (it would repeat that milestone's line). The launch is the start of
 this process (a ``torchrun`` rank's own start), as the user counts it.
 """
 
@@ -49,8 +50,8 @@ class BootClock:
             self.finish()
 
     def finish(self) -> None:
-        """Log the milestones reached as one summary line (once; nothing when none was reached)."""
-        if self._summed or not self.marks:
+        """Log the milestones reached as one summary line (once; nothing when fewer than two were reached)."""
+        if self._summed or len(self.marks) < 2:  # one milestone's line already says it all
             return
         self._summed = True
         reached = ", ".join(f"{milestone} {seconds:.1f} s" for milestone, seconds in self.marks.items())
