@@ -64,7 +64,7 @@ def test_the_async_trainers_evaluation_record_keeps_a_failed_clips_reason() -> N
 
 @pytest.mark.slow
 def test_a_run_whose_clips_fail_says_so_once_on_the_console(tmp_path: Path) -> None:
-    """Three failing clips (MUJOCO_GL=disable: no OpenGL): one console line with the reason; the run ends."""
+    """Three failing clips (MUJOCO_GL=disable: no OpenGL): one console line, the traceback in the log only."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MUJOCO_GL="disable")  # kept as the user's: rendering fails
     command = [sys.executable, str(APP_DIR), "task=pendulum", "algo.trainer.asynchronous=false",
                "algo.trainer.num_learning_iterations=30", "algo.agent.learning_starts=5",
@@ -81,6 +81,12 @@ def test_a_run_whose_clips_fail_says_so_once_on_the_console(tmp_path: Path) -> N
     assert "MUJOCO_GL" in said[0] and "training goes on" in said[0], said[0]
     assert said[0].endswith("traceback in runs/clips/logs/trainer.log"), said[0]
     assert done.stdout.count("eval @ ") == 3, "three evaluations, each wanting a clip"
+    assert "Traceback" not in done.stdout and "EvalReport(" not in done.stdout, done.stdout
+    assert done.stdout.count("start-up: first update") == 1, "one milestone: no summary repeating it"
+    log = (tmp_path / "runs" / "clips" / "logs" / "trainer.log").read_text()
+    assert log.count("Traceback") >= 1 and log.count("EvalReport(") == 3, (
+        "the evaluator's records are the log's"
+    )
 
 
 def _backend() -> str | None:

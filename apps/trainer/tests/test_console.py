@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import signal
 import sys
@@ -15,6 +16,7 @@ import pytest
 from rich.console import Console
 
 from fastsac_trainer.console import (
+    ConsoleLogHandler,
     FanOut,
     PlainConsole,
     RichConsole,
@@ -277,6 +279,22 @@ def test_fan_out_forwards_and_closes_all_even_after_a_failure() -> None:
     assert first.snapshots == second.snapshots == [snap]
     assert second.checkpoints == [Path("a.pt")]
     assert first.closed and second.closed
+
+
+def test_the_evaluators_records_stay_off_the_console() -> None:
+    """ConsoleLogHandler shows other loggers' records but none of the evaluator's (the run's log has them)."""
+    out = io.StringIO()
+    handler = ConsoleLogHandler(PlainConsole(out, "t", min_interval_s=0.0))
+    for name in ("fastsac_async.evaluator.loop", "fastsac_async.evaluator", "fastsac_trainer.reporting"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        try:
+            logger.warning("from %s", name)
+        finally:
+            logger.removeHandler(handler)
+    assert out.getvalue().splitlines() == [
+        "WARNING fastsac_trainer.reporting: from fastsac_trainer.reporting"
+    ]
 
 
 def test_first_ctrl_c_requests_stop_second_aborts() -> None:

@@ -3,13 +3,14 @@
 Between two iterations, when due, the agent's current actor and normalizer are copied into a
 deterministic CPU policy and evaluated on envs of their own (Note [evaluation during training] in
 ``fastsac_async.evaluator.loop``); training waits meanwhile. That cost is real and shown: each
-evaluation's seconds are logged, and the throughput of that reporting window includes them
-(wiki/decisions.md, 2026-12-01, for why inline).
+evaluation's seconds are reported, and the throughput of that reporting window includes them
+(wiki/decisions.md, 2026-12-01, for why inline). The evaluator logs each report and a failed clip's
+traceback to ``logs/trainer.log`` only, as an asynchronous run's does to its own log
+(:data:`~fastsac_trainer.console.sinks.RUN_LOG_ONLY`); the console says each evaluation once.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,8 +22,6 @@ from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalPoint
 
 __all__ = ["InlineEvaluation"]
-
-log = logging.getLogger(__name__)
 
 
 class InlineEvaluation:
@@ -55,7 +54,6 @@ class InlineEvaluation:
             report = self._evaluator.evaluate(gstep=iteration, should_stop=should_stop)
         if report is None:
             return None
-        log.info("evaluation at iteration %d: %s", iteration, report)
         return EvalPoint(
             iteration=iteration, env_steps=iteration * self._num_envs, mean_return=report.mean_return,
             mean_length=report.mean_length, best_return=report.best_return, seconds=report.seconds,

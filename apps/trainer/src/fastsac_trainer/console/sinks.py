@@ -17,6 +17,13 @@ from fastsac_trainer.reporting import EvalPoint, Reporter, Snapshot
 
 __all__ = ["ConsoleLogHandler", "FanOut", "TrainerConsole", "open_console"]
 
+RUN_LOG_ONLY = ("fastsac_async.evaluator",)
+"""Loggers whose records go to the run's log file and never to the console: the evaluator's. An
+asynchronous run's evaluator writes them to its own log (``logs/evaluator.log``); a synchronous run's
+evaluates in the trainer's process, so ``logs/trainer.log`` has them. Either way the console says each
+evaluation through the reporter (its ``eval @`` line, and ``EvalLog``'s one line for a failed clip),
+never the evaluator's reports or a failed clip's traceback."""
+
 
 class TrainerConsole(Protocol):
     """What the CLI and the trainers use of a console: a Reporter, a BootView and a message sink."""
@@ -111,12 +118,16 @@ class FanOut:
 
 
 class ConsoleLogHandler(logging.Handler):
-    """Sends the parent's log records through the console, so they print above a live panel."""
+    """Sends the parent's log records through the console, so they print above a live panel.
+
+    Records of the :data:`RUN_LOG_ONLY` loggers are left to the run's log file.
+    """
 
     def __init__(self, console: TrainerConsole, level: int = logging.INFO) -> None:
         super().__init__(level)
         self._console = console
         self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.addFilter(_not_run_log_only)
 
     def emit(self, record: logging.LogRecord) -> None:
         """Format ``record`` and show it."""
@@ -124,3 +135,8 @@ class ConsoleLogHandler(logging.Handler):
             self._console.info(self.format(record))
         except Exception:  # logging must never take the run down.
             self.handleError(record)
+
+
+def _not_run_log_only(record: logging.LogRecord) -> bool:
+    """Whether ``record`` may go to the console: it is of none of the :data:`RUN_LOG_ONLY` loggers."""
+    return not any(record.name == name or record.name.startswith(f"{name}.") for name in RUN_LOG_ONLY)

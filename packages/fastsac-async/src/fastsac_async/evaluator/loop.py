@@ -20,8 +20,10 @@ never replaces a better best with a worse one.
 With ``EvalSettings.video_every`` = K, the 1st, (K+1)-th, ... evaluation of a launch also records
 one episode of the same weights with ``EvalSettings.video`` (``RunLayout.eval_clip``: the global
 step is in the name); the report names the file. A clip that fails is skipped (a renderer's trouble
-never stops training): the report says why in one line (``EvalReport.video_error``), and the log
-holds the traceback of the launch's first failed clip (each report is logged too, its reason with it).
+never stops training): the report says why in one line (``EvalReport.video_error``, the
+exception's :func:`~fastsac_async.worker_process.exception_line`), and the log holds the traceback of
+the launch's first failed clip (each report is logged too, its reason with it). The app keeps this
+module's records off its console (its reporter says each evaluation): they are the run's log's.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from torch import Tensor
 
 from fastsac_async.eval_settings import EvalSettings
 from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
+from fastsac_async.worker_process import exception_line
 from fastsac_core import (
     CheckpointError,
     EnvDims,
@@ -78,8 +81,8 @@ class EvalReport:
     video: str | None = None
     """The clip recorded of these weights, if one was (``EvalSettings.video_every``)."""
     video_error: str | None = None
-    """Why the clip due with this evaluation was not recorded (one line: the error's type and first
-    line), if it failed."""
+    """Why the clip due with this evaluation was not recorded (one line: the error's
+    :func:`~fastsac_async.worker_process.exception_line`), if it failed."""
 
 
 def best_return_of(path: Path | None) -> float:
@@ -169,7 +172,7 @@ class Evaluator:
                 )  # fmt: skip
         self._evaluations += 1
         video, video_error = self._record_clip(gstep, should_stop)
-        return EvalReport(
+        report = EvalReport(
             global_step=gstep,
             weight_version=version,
             mean_return=result.mean_return,
@@ -181,6 +184,8 @@ class Evaluator:
             video=None if video is None else str(video),
             video_error=video_error,
         )
+        _log.info("%s", report)
+        return report
 
     def _record_clip(self, gstep: int, should_stop: Callable[[], bool]) -> tuple[Path | None, str | None]:
         """The clip of the policy's weights when this evaluation is one to record, or why it failed."""
@@ -193,7 +198,7 @@ class Evaluator:
         try:
             frames = s.video(self.policy, s.seed, out, should_stop)
         except Exception as error:  # a renderer's failure costs the clip, never the run
-            reason = _error_line(error)
+            reason = exception_line(error)
             self._clip_failures += 1
             first = self._clip_failures == 1  # the traceback once; the report carries every reason
             _log.log(logging.WARNING if first else logging.DEBUG, "the clip of global step %d failed (%s)",
@@ -203,12 +208,6 @@ class Evaluator:
             return None, None
         _log.info("clip of global step %d: %s (%d frames)", gstep, out, frames)
         return out, None
-
-
-def _error_line(error: BaseException) -> str:
-    """``error`` in one line: its type and the first line of its message."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 class PublishedWeights:

@@ -90,7 +90,6 @@ def run_evaluator(
                 )
                 if report is not None:
                     evaluated = weights.version
-                    offer(stats_queue, report)
-                    _log.info("%s", report)
+                    offer(stats_queue, report)  # the evaluator logged it
             time.sleep(_IDLE_S)
         _log.info("%s stopped (best return %g)", name, evaluator.best_return)
