@@ -56,9 +56,9 @@ def test_a_final_replay_write_outlasting_the_grace_period_is_not_cut(tmp_path: P
 
     writer = threading.Thread(target=lambda: saved.append(saver.save_now(buffer, 3, slow_extra)))
     with StopRequest(grace_s=0.1, raise_on_abort=False, hold=replay_write_hold) as stop:
-        signal.raise_signal(signal.SIGTERM)
         writer.start()
-        assert entered.wait(10.0)
+        assert entered.wait(10.0)  # the hold is registered before the grace clock starts
+        signal.raise_signal(signal.SIGTERM)
         hold = replay_write_hold()
         assert hold is not None and hold - time.monotonic() <= write_bound_s(buffer)
         time.sleep(0.5)  # five grace periods while the write is held
@@ -87,3 +87,20 @@ def test_a_learners_final_saves_hold_the_parents_abort_until_done_or_bound() -> 
     assert not control.stop_held()
     control.hold_stop(0, time.monotonic() - 0.001)
     assert not control.stop_held()
+
+
+def test_a_second_signal_stops_at_once_while_a_learners_final_saves_hold_the_stop() -> None:
+    """Only the grace period's abort waits for a learner's hold; a second signal's is due at once."""
+    control = Control(num_collectors=1, num_learners=1)
+    control.hold_stop(0, time.monotonic() + 600.0)
+    with StopRequest(grace_s=0.01, debounce_s=0.0, raise_on_abort=False) as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert _until(lambda: stop.aborted), "the grace period never ran out"
+        assert not stop.forced and not control.abort_due(aborted=stop.aborted, forced=stop.forced)
+        signal.raise_signal(signal.SIGTERM)  # the user's second signal, while the hold lasts
+        assert stop.forced and stop.abort_cause == "second SIGTERM"
+        assert control.abort_due(aborted=stop.aborted, forced=stop.forced), (
+            "the hold swallowed the second signal"
+        )
+    control.mark_learner_done(0)
+    assert control.abort_due(aborted=True, forced=False), "the grace period's abort is due once the hold ends"

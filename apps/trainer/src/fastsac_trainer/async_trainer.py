@@ -176,6 +176,7 @@ def run_async(
     should_stop: Callable[[], bool],
     boot_view: BootView | None = None,
     should_abort: Callable[[], bool] = lambda: False,
+    force_abort: Callable[[], bool] = lambda: False,
 ) -> AsyncResult:
     """Train ``plan`` with collector and learner processes; report to ``reporter``.
 
@@ -184,12 +185,15 @@ def run_async(
         reporter: Console/TensorBoard sink.
         should_stop: Polled; True stops cleanly (rank 0 writes a final checkpoint).
         boot_view: Receives worker states during boot and the failing worker.
-        should_abort: Polled, also while stopping; True stops at once (no final checkpoint).
+        should_abort: Polled, also while stopping; True stops at once (no final checkpoint), once no
+            learner's final replay write holds the stop (Note [a stop waits for the replay write]).
+        force_abort: Polled likewise; True stops at once, held by nothing (a second signal).
 
     Raises:
         fastsac_async.WorkerFailed: A worker died; the message names it, its exit status and its
             error log (also passed to ``boot_view.failed``).
-        fastsac_async.RunAborted: ``should_abort()`` turned true; every worker is gone.
+        fastsac_async.RunAborted: ``should_abort()`` or ``force_abort()`` turned true; every worker
+            is gone.
     """
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     topology = plan.topology
@@ -235,7 +239,7 @@ def run_async(
             boot_view.worker_state(worker, state)
 
     try:
-        result: EngineResult = run_engine(spec, on_stats, on_boot, should_stop, should_abort)
+        result: EngineResult = run_engine(spec, on_stats, on_boot, should_stop, should_abort, force_abort)
         clock.finish()  # the milestones reached, if the run ended before the compiled switch
     except WorkerFailed as failure:
         if boot_view is not None:

@@ -303,6 +303,7 @@ def _run_logged(
                 should_stop=stop,
                 boot_view=console,
                 should_abort=lambda: stop.aborted,
+                force_abort=lambda: stop.forced,
             )
     except BaseException as error:
         if isinstance(error, HostLostError):  # another host is gone: the line names it
@@ -350,14 +351,15 @@ def _saved_config(run_dir: Path) -> dict[str, Any]:
 
 
 def select_trainer(asynchronous: bool) -> Callable[..., object]:
-    """The trainer entry point: ``fn(plan, reporter, should_stop=..., boot_view=..., should_abort=...)``.
+    """The trainer: ``fn(plan, reporter, should_stop=..., boot_view=..., should_abort=..., force_abort=...)``.
 
     The synchronous trainer is ``fastsac_trainer.sync_trainer.run_sync(plan, reporter, should_stop=...)``
     (it takes no boot view, and is aborted by an exception, not by polling); the asynchronous one
     is ``fastsac_trainer.async_trainer.run_async(plan, reporter, should_stop=..., boot_view=...,
-    should_abort=...)``, imported only when asked for, so a build without ``fastsac_trainer.async_trainer``
-    still trains synchronously. The synchronous path imports ``fastsac_async`` too (its records:
-    ``AsyncOptions``, ``StopReason``), but starts no engine and no worker.
+    should_abort=..., force_abort=...)``, imported only when asked for, so a build without
+    ``fastsac_trainer.async_trainer`` still trains synchronously. The synchronous path imports
+    ``fastsac_async`` too (its records: ``AsyncOptions``, ``StopReason``), but starts no engine and no
+    worker.
 
     Raises:
         TrainerAppError: The asynchronous trainer is not part of this build.
@@ -374,6 +376,7 @@ def select_trainer(asynchronous: bool) -> Callable[..., object]:
             should_stop: Callable[[], bool],
             boot_view: Any,
             should_abort: Callable[[], bool] | None = None,
+            force_abort: Callable[[], bool] | None = None,
         ) -> object:
             # No polling for an abort: in one process it is a KeyboardInterrupt (StopRequest).
             return run_sync(plan, reporter, should_stop=should_stop)

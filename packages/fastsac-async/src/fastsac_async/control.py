@@ -190,6 +190,15 @@ class Control:
             self._view[self._held_at + r] > now and not self.learner_done(r) for r in range(self.num_learners)
         )
 
+    def abort_due(self, *, aborted: bool, forced: bool) -> bool:
+        """Whether the parent stops at once now, given an abort asked for and whether it was forced.
+
+        Note [a stop waits for the replay write] (``fastsac_core._replay_file``): a forced abort (a
+        second signal) stops at once; any other (the grace period ran out, a lost host) waits while a
+        learner's final saves hold the stop (:meth:`stop_held`).
+        """
+        return forced or (aborted and not self.stop_held())
+
     # Worker-written: failures.
     def collector_slot(self, index: int) -> int:
         """Worker slot of collector ``index`` (for :meth:`reporting_failure`)."""

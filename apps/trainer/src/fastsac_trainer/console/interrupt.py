@@ -5,7 +5,7 @@ terminal) all mean "stop": the trainer finishes its step, the learners write a f
 the CLI exits 0. Job managers kill the job a few seconds later (``docker stop``: 10 s), so the clean
 stop gets ``grace_s``; after that, as on a second signal, the run stops at once. Time in which a replay
 write holds the stop (``hold``) does not count (Note [a stop waits for the replay write] in
-``fastsac_core._replay_file``).
+``fastsac_core._replay_file``); a second signal is never held (:attr:`StopRequest.forced`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ class StopRequest:
     context is left, aborts: :attr:`aborted` turns true and, with ``raise_on_abort``,
     :class:`KeyboardInterrupt` is raised in the main thread (the synchronous trainer: one process,
     nothing else to stop). Without it the caller polls :attr:`aborted` (the asynchronous engine,
-    whose shutdown must not be cut in the middle). Use as a context manager: the previous handlers
-    are restored on exit.
+    whose shutdown must not be cut in the middle) and :attr:`forced`: the engine holds the grace
+    period's abort while a learner writes its replay, never a second signal's. Use as a context
+    manager: the previous handlers are restored on exit.
 
     A signal within ``debounce_s`` of the first counts as the same one: ``uv run`` forwards the
     terminal's SIGINT (or a SIGTERM sent to the whole job) to its child, which then sees it twice.
@@ -72,6 +73,7 @@ class StopRequest:
         self._first: tuple[signal.Signals, float] | None = None
         self._reason: str | None = None
         self._abort: tuple[int, str] | None = None
+        self._forced = False
         self._raised = False
         self._hold = hold
         self._held_s = 0.0
@@ -94,6 +96,11 @@ class StopRequest:
     def aborted(self) -> bool:
         """Whether the run must stop at once (a second signal, or the grace period ran out)."""
         return self._abort is not None
+
+    @property
+    def forced(self) -> bool:
+        """Whether a second signal aborted (never held by a replay write), not the grace period."""
+        return self._forced
 
     @property
     def abort_cause(self) -> str | None:
@@ -120,8 +127,10 @@ class StopRequest:
             self._first = (sig, now)
             self._start_grace()
             self.request(sig.name)
-        elif self._abort is None and now - self._first[1] > self._debounce_s:
-            self._abort = (signum, f"second {sig.name}")
+        elif not self._forced and now - self._first[1] > self._debounce_s:
+            self._forced = True  # also after the grace period ran out: the engine may hold that abort
+            if not self._raised:  # the grace period's abort has not taken effect: this signal's does
+                self._abort = (signum, f"second {sig.name}")
         if self._abort is not None and self._raise_on_abort and not self._raised:
             self._raised = True
             raise KeyboardInterrupt

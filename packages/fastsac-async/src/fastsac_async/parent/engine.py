@@ -22,7 +22,8 @@
 5. Shut down (always, bounded, idempotent, each step isolated so none can skip the next): stop
    flag; join collectors and the evaluator (the weight readers); let the learners exit (a CUDA-IPC
    allocation must outlive its consumers); join learners; kill what is left (its stacks go to its
-   log first). ``should_abort`` cuts the joins short: a stop at once, with no final checkpoint.
+   log first). An abort (``should_abort``, or ``force_abort``) cuts the joins short: a stop at once,
+   with no final checkpoint (:meth:`Control.abort_due` says when).
    Then close the queues, the handshake and every segment, and unlink any name still there after a
    failed boot (segments and semaphores: the objects may live on in a traceback, their names do
    not), before the janitor is told the run is done.
@@ -81,6 +82,7 @@ class AsyncEngine:
         on_boot: Callable[[str, str], None] = lambda worker, state: None,
         should_stop: Callable[[], bool] = lambda: False,
         should_abort: Callable[[], bool] = lambda: False,
+        force_abort: Callable[[], bool] = lambda: False,
     ) -> EngineResult:
         """Run to the end of the budget, a stop request, or a worker failure.
 
@@ -93,11 +95,14 @@ class AsyncEngine:
                 killed (no final checkpoint), everything is released, and :class:`RunAborted` is raised;
                 a learner's final checkpoint and replay write in progress are waited for first, each
                 up to its bound (Note [a stop waits for the replay write] in ``fastsac_core``).
+            force_abort: Polled like ``should_abort``; True stops at once without waiting for a
+                learner's final saves (a second signal).
 
         Raises:
             WorkerFailed: A worker exited unexpectedly (the run was stopped and cleaned up).
             BootTimeoutError: Workers did not report ready within ``boot_timeout_s``.
-            RunAborted: ``should_abort()`` turned true (the run was stopped and cleaned up).
+            RunAborted: ``should_abort()`` or ``force_abort()`` turned true (the run was stopped and
+                cleaned up).
         """
         spec = self.spec
         entries = (run_learner, run_collector, run_evaluator)
@@ -106,9 +111,7 @@ class AsyncEngine:
         control = Control(spec.num_collectors, spec.num_learners)
 
         def abort_now() -> bool:
-            # Note [a stop waits for the replay write] (fastsac_core._replay_file): a learner's final
-            # saves hold the abort until they end or their bound passes.
-            return should_abort() and not control.stop_held()
+            return control.abort_due(aborted=should_abort(), forced=force_abort())
 
         if spec.run.resume_from is not None:
             # Every collector restarts at the checkpoint's global step, whatever its own count was
@@ -160,9 +163,9 @@ class AsyncEngine:
                             on_boot, janitor)  # fmt: skip
             watch = RunWatch(spec, sup, control, self._collectors, self._learners, self._evaluators)
             try:
-                watch.boot(handshake, on_boot, lambda: should_stop() or should_abort())
+                watch.boot(handshake, on_boot, lambda: should_stop() or should_abort() or force_abort())
             except HandshakeAborted:  # a stop request before every worker was ready (Ctrl+C at boot)
-                if should_abort():
+                if should_abort() or force_abort():
                     raise RunAborted("stopped at once during start-up: nothing was trained") from None
                 _log.info("stop requested during start-up: nothing was trained")
                 return EngineResult(
@@ -233,8 +236,13 @@ def run_engine(
     on_boot: Callable[[str, str], None] = lambda worker, state: None,
     should_stop: Callable[[], bool] = lambda: False,
     should_abort: Callable[[], bool] = lambda: False,
+    force_abort: Callable[[], bool] = lambda: False,
 ) -> EngineResult:
     """Run ``spec`` with :class:`AsyncEngine` (see :meth:`AsyncEngine.run`)."""
     return AsyncEngine(spec).run(
-        on_stats=on_stats, on_boot=on_boot, should_stop=should_stop, should_abort=should_abort
+        on_stats=on_stats,
+        on_boot=on_boot,
+        should_stop=should_stop,
+        should_abort=should_abort,
+        force_abort=force_abort,
     )
