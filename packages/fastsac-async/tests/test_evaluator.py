@@ -148,24 +148,27 @@ class _Recorder:
     The real renderer (MuJoCo offscreen) is tested end to end in apps/trainer/tests/test_video.py.
     """
 
-    def __init__(self, fail_at: int | None = None) -> None:
+    def __init__(self, fail_at: int | None = None, suffix: str | None = None) -> None:
         self.calls = 0
         self.fail_at = fail_at
+        self.suffix = suffix
+        """Write a file of this suffix instead of ``out`` (as the app's writes a GIF without ffmpeg)."""
         self.stop_asked = False
         """Set when a clip starts: a ``should_stop`` that reads it asks the clip to stop."""
 
     def __call__(
         self, policy: InferencePolicy, seed: int, out: Path, should_stop: Callable[[], bool]
-    ) -> int | None:
+    ) -> Path | None:
         self.calls += 1
         self.stop_asked = True
         if self.calls == self.fail_at:
             raise RuntimeError("no OpenGL context")
         if should_stop():
             return None
+        out = out if self.suffix is None else out.with_suffix(self.suffix)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(f"{next(policy.actor.parameters()).flatten()[0].item()} {seed}")
-        return 3
+        return out
 
 
 def test_clips_are_of_the_first_and_every_kth_evaluation_and_a_failed_one_costs_it(tmp_path: Path) -> None:
@@ -193,6 +196,13 @@ def test_clips_are_of_the_first_and_every_kth_evaluation_and_a_failed_one_costs_
     )  # fmt: skip
     report = stopped.evaluate(gstep=1, should_stop=lambda: stopping.stop_asked)  # a stop during the clip
     assert report is not None and report.video is None and not (tmp_path / "stopped").exists()
+    other = Evaluator(
+        settings=EvalSettings(interval=1, episodes=1, video_every=1, video=_Recorder(suffix=".gif")),
+        policy=_policy(0.0), env_factory=FACTORY, dims=DIMS, agent=CFG, best_path=None,
+        clip_file=lambda gstep: tmp_path / "gif" / f"{gstep}.mp4",
+    )  # fmt: skip
+    report = other.evaluate(gstep=1)
+    assert report is not None and report.video == str(tmp_path / "gif" / "1.gif"), "the file written is named"
 
 
 def test_failed_clips_log_the_first_traceback_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -256,10 +256,13 @@ class EvalClips:
 
     def __call__(
         self, policy: InferencePolicy, seed: int, out: Path, should_stop: Callable[[], bool]
-    ) -> int | None:
-        """Record one episode into ``out`` (MP4) and its ``.gif``; the frames, or None if stopped."""
+    ) -> Path | None:
+        """Record one episode into ``out`` (MP4) and its ``.gif``; the file written, or None if stopped.
+
+        The file written is the MP4, or the GIF alone where no MP4 can be written (:func:`mp4_unavailable`).
+        """
         info = record_video(
             policy, self.factory, out, seed=seed, max_steps=self.steps, width=self.size, height=self.size,
             should_stop=should_stop, gif=True,
         )  # fmt: skip
-        return None if info is None else info.frames
+        return None if info is None else info.path

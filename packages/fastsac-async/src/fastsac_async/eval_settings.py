@@ -24,10 +24,12 @@ class ClipRecorder(Protocol):
 
     def __call__(
         self, policy: InferencePolicy, seed: int, out: Path, should_stop: Callable[[], bool]
-    ) -> int | None:
-        """Record one episode of ``policy`` (reset with ``seed``) into ``out``; the frames written.
+    ) -> Path | None:
+        """Record one episode of ``policy`` (reset with ``seed``) into ``out``; the file written.
 
-        None when ``should_stop()`` turned true first (then nothing is written).
+        That is ``out``, or a file beside it in another format where ``out``'s cannot be written here
+        (the app's: a GIF where no MP4 encoder is installed). None when ``should_stop()`` turned true
+        first (then nothing is written).
         """
         ...
 

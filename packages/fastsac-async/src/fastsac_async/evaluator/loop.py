@@ -196,7 +196,7 @@ class Evaluator:
             return None, None
         out = self._clip_file(gstep)
         try:
-            frames = s.video(self.policy, s.seed, out, should_stop)
+            written = s.video(self.policy, s.seed, out, should_stop)
         except Exception as error:  # a renderer's failure costs the clip, never the run
             reason = exception_line(error)
             self._clip_failures += 1
@@ -204,10 +204,10 @@ class Evaluator:
             _log.log(logging.WARNING if first else logging.DEBUG, "the clip of global step %d failed (%s)",
                      gstep, reason, exc_info=first)  # fmt: skip
             return None, reason
-        if frames is None:
+        if written is None:
             return None, None
-        _log.info("clip of global step %d: %s (%d frames)", gstep, out, frames)
-        return out, None
+        _log.info("clip of global step %d: %s", gstep, written)
+        return written, None
 
 
 class PublishedWeights:
