@@ -126,6 +126,10 @@ class BackgroundCompile:
         self._static = synthetic_batch(size, agent, generator)
         self._static_noise = torch.randn(size, agent.dims.act_dim, generator=generator).to(agent.device)
         self._size, self._views = size, min(2, updates)
+        self._inputs_written: torch.cuda.Event | None = None
+        if agent.device.type == "cuda":  # the thread's stream must follow the copies made on this one
+            self._inputs_written = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            self._inputs_written.record(torch.cuda.current_stream(agent.device))
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="background-compile", daemon=True)
@@ -161,6 +165,8 @@ class BackgroundCompile:
             yield
             return
         stream = torch.cuda.Stream(self._device)  # type: ignore[no-untyped-call]
+        if self._inputs_written is not None:  # the copies and the batch, on the agent's stream
+            stream.wait_event(self._inputs_written)  # a device-side wait, no host synchronisation
         with torch.cuda.device(self._device), torch.cuda.stream(stream):
             try:
                 yield
