@@ -258,7 +258,7 @@ def ipc_rings(layout: RingLayout) -> Iterator[RingPair]:
 def _collector(index: int, env: EpisodeEnv, ring: TransitionRing, cfg: FastSACConfig) -> Collector:
     """The real collector loop over ``env`` and the producer end ``ring``: random actions, then its policy."""
     settings = CollectorSettings(
-        index=index, budget=BUDGET, learning_starts=6, resume=False, weight_poll_interval=1,
+        index=index, budget=BUDGET, learning_starts=6, weight_poll_interval=1,
         idle_sleep_s=0.0, stats_interval=100,
     )  # fmt: skip
     return Collector(

@@ -56,6 +56,14 @@ def test_resume_owes_nothing_for_batches_before_the_checkpoint() -> None:
     assert d.step(collector_steps=204, has_data=True, stop_vote=False).run_updates == 8
 
 
+def test_a_resumed_decider_owes_its_checkpoints_owed_updates_first() -> None:
+    """start_owed (a checkpoint's owed_updates) runs first, capped by max_run, before new gsteps' updates."""
+    d = _decider("strict", start_gstep=100, start_owed=14, max_run=10)
+    runs = [d.step(collector_steps=200, has_data=True, stop_vote=False).run_updates for _ in range(3)]
+    assert runs == [10, 4, 0]
+    assert d.step(collector_steps=202, has_data=True, stop_vote=False).run_updates == 4
+
+
 def test_max_run_caps_a_decision_and_keeps_the_rest_owed() -> None:
     """A decision grants at most max_run updates; the remainder is owed, never dropped."""
     d = _decider("strict", max_run=10)

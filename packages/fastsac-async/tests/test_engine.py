@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fastsac_async.collector.loop import Collector
 from fastsac_async.collector.process import collector_settings
 from fastsac_async.config import AsyncOptions
 from fastsac_async.control import Control
@@ -20,7 +21,9 @@ from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import EngineSpec, TrainingRun, learner_threads
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
 from fastsac_core import (
+    EnvDims,
     FastSACConfig,
+    InferencePolicy,
     ReplayBuffer,
     peek_checkpoint,
     peek_replay,
@@ -30,7 +33,7 @@ from fastsac_core import (
 )
 from fastsac_core.testing import make_agent
 from fastsac_topology import LearnerPlacement
-from shm_transport import default_prefix
+from shm_transport import HostRing, RingLayout, default_prefix
 
 CFG = FastSACConfig(
     actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16, buffer_size=64,
@@ -174,16 +177,44 @@ def test_learner_threads_default_to_one_on_cuda_and_to_the_pinned_cpus_elsewhere
 
 
 def test_collector_settings_follow_the_spec(tmp_path: Path) -> None:
-    """A collector's loop knobs come from the spec: budget, learning_starts, resume, sleep and spin."""
+    """A collector's loop knobs come from the spec: budget, learning_starts, sleep and spin."""
     spec = _spec(tmp_path, 2, 1, 40)
     spec = dataclasses.replace(
         spec, options=dataclasses.replace(spec.options, collector_spin_s=0.003, idle_sleep_s=0.002)
     )
     settings = collector_settings(spec, 1)
-    assert (settings.index, settings.budget, settings.learning_starts, settings.resume) == (1, 40, 3, False)
+    assert (settings.index, settings.budget, settings.learning_starts) == (1, 40, 3)
     assert (settings.spin_s, settings.idle_sleep_s, settings.stats_interval) == (0.003, 0.002, 5)
-    resumed = collector_settings(_with_run(spec, resume_from=tmp_path / "model.pt"), 0)
-    assert resumed.resume
+
+
+def test_a_collector_resumed_before_learning_starts_acts_at_random_until_then(tmp_path: Path) -> None:
+    """Resumed at step 1 of learning_starts=3, a collector's steps 1 and 2 are random, step 3 the policy's."""
+    spec = _with_run(_spec(tmp_path, 1, 1, 40), resume_from=tmp_path / "model.pt")
+    env = FakeEnvFactory()(4, 0)
+    random_steps: list[int] = []
+    sample = env.sample_actions
+
+    def recorded() -> np.ndarray:
+        random_steps.append(collector.steps)
+        return sample()
+
+    env.sample_actions = recorded  # type: ignore[method-assign]
+    ring = HostRing.create(RingLayout.of(4, transition_fields(*_ring_dims(env.dims))), 8)
+    try:
+        collector = Collector(
+            settings=collector_settings(spec, 0), env=env, ring=ring, weights=None,
+            policy=InferencePolicy(env.dims, CFG), start_steps=1,
+        )  # fmt: skip
+        for _ in range(3):
+            assert collector.step_once()
+    finally:
+        ring.close()
+        ring.unlink()
+    assert random_steps == [1, 2], "steps before learning_starts are random, counted from the run's start"
+
+
+def _ring_dims(dims: EnvDims) -> tuple[int, int | None, int]:
+    return dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim
 
 
 def test_the_final_checkpoint_comes_from_control_even_if_its_snapshot_is_late(

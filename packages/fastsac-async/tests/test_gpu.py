@@ -153,7 +153,7 @@ def test_every_slot_of_a_delayed_ipc_copy_reaches_the_replay_before_done() -> No
     channel = WeightChannel.create(agent.actor_param_numel(), extras)
     try:
         collector = Collector(
-            settings=CollectorSettings(index=0, budget=budget, learning_starts=2, resume=False,
+            settings=CollectorSettings(index=0, budget=budget, learning_starts=2,
                                        weight_poll_interval=1, idle_sleep_s=0.0, stats_interval=5),
             env=env, ring=producer, weights=HostWeightReader(channel), policy=InferencePolicy(env.dims, cfg),
         )  # fmt: skip

@@ -29,6 +29,7 @@ from fastsac_core import (
     ReplayBuffer,
     ReplaySaver,
     load_replay,
+    peek_checkpoint,
     peek_replay,
     step_transition,
     transition_fields,
@@ -196,7 +197,7 @@ def _in_process_pair(
     try:
         env = FakeBatchedEnv(4, seed=1, shared_obs=shared_obs)
         collector = Collector(
-            settings=CollectorSettings(index=0, budget=12, learning_starts=2, resume=False,
+            settings=CollectorSettings(index=0, budget=12, learning_starts=2,
                                        weight_poll_interval=1, idle_sleep_s=0.0, stats_interval=5),
             env=env, ring=ring, weights=HostWeightReader(channel),
             policy=InferencePolicy(env.dims, CFG),
@@ -219,6 +220,42 @@ def _in_process_pair(
     finally:
         channel.close()
         channel.unlink()
+
+
+def test_a_stop_ingests_every_pushed_slot_and_its_checkpoint_keeps_the_updates_owed(
+    rings: Rings, tmp_path: Path
+) -> None:
+    """A stop behind its collector: every pushed slot reaches the buffer, the checkpoint holds the debt."""
+    ring = rings.make(4, 16)
+    agent = _agent(4)
+    stop = [False]
+    env = FakeBatchedEnv(4, seed=1)
+    collector = Collector(
+        settings=CollectorSettings(index=0, budget=10**6, learning_starts=2, weight_poll_interval=1,
+                                   idle_sleep_s=0.0, stats_interval=5),
+        env=env, ring=ring, weights=None, policy=InferencePolicy(env.dims, CFG),
+    )  # fmt: skip
+    learner = Learner(
+        rank=0, agent=agent, rings=[ring], writers=[],
+        decider=TrainDecider(SoloCollective(), num_collectors=1, num_updates=2, learning_starts=2,
+                             utd_mode="strict", max_run=4),
+        settings=LearnerSettings(num_updates=2, weight_publish_interval=2, max_ingest_per_iter=2,
+                                 idle_sleep_s=0.0, logging_interval=5, save_interval=0),
+        hooks=LearnerHooks(collector_steps=lambda: collector.steps, collectors_finished=lambda: False,
+                           stop_requested=lambda: stop[0],
+                           checkpoint_path=lambda gstep: tmp_path / f"model_{gstep}.pt"),
+    )  # fmt: skip
+    for _ in range(10):  # the collector fills its ring; the learner, held by its debt, falls behind
+        while collector.step_once():
+            pass
+        learner.run_iteration()
+    stop[0] = True
+    assert not learner.run_iteration()
+    assert learner.decider.owed > 0, "the learner was behind when it stopped"
+    assert (learner.gstep, agent.buffer.written) == (collector.steps, collector.steps)
+    checkpoint = learner.checkpoint()
+    assert checkpoint is not None
+    assert peek_checkpoint(checkpoint)["extra"]["owed_updates"] == learner.decider.owed
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to lend one")
@@ -416,7 +453,7 @@ def _wait_once(
     ring = _ScriptedFullness(rings.make(4, 2), answers)
     env = FakeBatchedEnv(4, seed=1)
     collector = Collector(
-        settings=CollectorSettings(index=0, budget=100, learning_starts=100, resume=False,
+        settings=CollectorSettings(index=0, budget=100, learning_starts=100,
                                    weight_poll_interval=1, idle_sleep_s=0.25, spin_s=spin_s,
                                    stats_interval=100),
         env=env, ring=cast(HostRing, ring), weights=None, policy=InferencePolicy(env.dims, CFG),

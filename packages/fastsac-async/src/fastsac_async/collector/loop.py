@@ -18,7 +18,7 @@ from torch import Tensor
 
 from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
 from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
-from fastsac_core import BatchedEnv, InferencePolicy, step_transition
+from fastsac_core import BatchedEnv, InferencePolicy, learning_started, step_transition
 from shm_transport import TransitionRing, WeightReader
 
 __all__ = ["Collector", "CollectorSettings"]
@@ -33,9 +33,9 @@ class CollectorSettings:
     budget: int
     """Steps after which it stops (``num_iterations``: each collector steps every iteration)."""
     learning_starts: int
-    """Steps of uniform random actions first (skipped when resuming)."""
-    resume: bool
-    """Continuing from a checkpoint: act with the policy from the first step."""
+    """Steps of uniform random actions first, counted from the run's start: a collector resumed at
+    ``start_steps`` past them acts with the policy from its first step, one resumed before them acts
+    at random until they are reached, as it would have without the stop."""
     weight_poll_interval: int
     """Poll the weight channel every this many steps."""
     idle_sleep_s: float
@@ -151,7 +151,7 @@ class Collector:
     def _actions(self) -> np.ndarray:
         s = self.settings
         with self.timer.time("inference"):
-            if self.steps < s.learning_starts and not s.resume:
+            if not learning_started(self.steps, s.learning_starts):
                 return self.env.sample_actions()
             actions: np.ndarray = np.clip(self.policy(self._obs).cpu().numpy(), self._low, self._high)
             return actions

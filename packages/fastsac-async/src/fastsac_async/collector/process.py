@@ -34,7 +34,6 @@ def collector_settings(spec: EngineSpec, index: int) -> CollectorSettings:
         index=index,
         budget=spec.run.num_iterations,
         learning_starts=spec.agent.learning_starts,
-        resume=spec.run.resume_from is not None,
         weight_poll_interval=max(1, spec.options.weight_poll_interval),
         idle_sleep_s=spec.options.idle_sleep_s,
         spin_s=spec.options.collector_spin_s,

@@ -62,7 +62,9 @@ class TrainDecider:
         num_updates: Updates per gstep (``algo.agent.num_updates``).
         learning_starts: Full batches of random actions before learning starts.
         utd_mode: ``strict`` or ``learner_bound``.
-        start_gstep: gstep already trained for (a resumed run owes nothing for earlier batches).
+        start_gstep: gstep already counted (a resumed run owes nothing new for earlier batches).
+        start_owed: Updates a resumed run still owed at its checkpoint (``owed_updates``; Note [a stop
+            keeps what was counted] in ``fastsac_async.learner.loop``): owed again from the start.
         max_run: Most updates one decision grants (None: all that is owed); see
             Note [strict back-pressure].
     """
@@ -76,6 +78,7 @@ class TrainDecider:
         learning_starts: int,
         utd_mode: Literal["strict", "learner_bound"],
         start_gstep: int = 0,
+        start_owed: int = 0,
         max_run: int | None = None,
     ) -> None:
         if utd_mode not in ("strict", "learner_bound"):
@@ -89,7 +92,9 @@ class TrainDecider:
         self._mode = utd_mode
         # gsteps up to and including _last_gstep are paid for.
         self._last_gstep = start_gstep
-        self._owed = 0
+        if start_owed < 0:
+            raise AsyncConfigError(f"start_owed={start_owed} must be 0 or more (a checkpoint's owed_updates)")
+        self._owed = start_owed
         if max_run is not None and max_run < 1:
             raise AsyncConfigError(f"max_run={max_run} must be at least 1 (or None for no cap)")
         self._max_run = max_run

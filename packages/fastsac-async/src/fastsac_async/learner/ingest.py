@@ -201,6 +201,20 @@ class Ingestor:
         self.generations += ingested
         return ingested
 
+    def drain_rest(self) -> int:
+        """Ingest every slot the rings hold now, back-pressure or not (a stop); returns what ``drain`` did.
+
+        At most the rounds that full rings need, so a collector still pushing cannot keep it going.
+        A generation still missing a ring's slot stays held (nothing can complete it).
+        """
+        rounds = -(-max(r.ring.capacity for r in self.readers) // self.max_ingest) + 1
+        ingested = 0
+        for _ in range(rounds):
+            if self.unread() == 0:
+                break
+            ingested += self.drain()
+        return ingested
+
     def held(self) -> int:
         """Slots held (read, not yet committed) over all rings."""
         return sum(r.issued - r.committed for r in self.readers)

@@ -2,6 +2,19 @@
 
 The process entry point (:func:`fastsac_async.learner.process.run_learner`) builds a :class:`Learner` from
 shared memory; unit tests build one around in-process rings and call :meth:`Learner.run_iteration`.
+
+# Note [a stop keeps what was counted]
+A run's gstep counts the steps its collectors *pushed* (``collector_steps // num_collectors``), and
+updates are owed for them as soon as they are counted (Note [training decision]); under strict
+back-pressure a learner behind its collectors holds both a ring of slots not yet ingested and a debt
+of updates. A resume restarts the collectors at the checkpoint's gstep and its decider at the
+checkpoint's update count, so a stop that dropped either would leave the resumed run with those steps
+missing from its replay and those updates never run, for good (up to ``ring_capacity`` steps per
+collector, and ``num_updates`` for each). So a stop first ingests every slot its rings hold
+(:meth:`Ingestor.drain_rest`, no updates: the final checkpoint and replay write come at once), and
+every checkpoint records the updates still owed (``owed_updates``), which a resumed decider owes
+again (``TrainDecider(start_owed=...)``): the resumed run runs them first, as the uninterrupted
+one would have.
 """
 
 from __future__ import annotations
@@ -252,6 +265,9 @@ class Learner:
         self.stopped = decision.stop
         if self.stopped:
             self.finish_publish(block=True)
+            # Note [a stop keeps what was counted]: the slots the collectors pushed are in its gstep.
+            with self.timer.time("drain"):
+                self.ingestor.drain_rest()
         self._maybe_report()
         return not self.stopped
 
@@ -274,6 +290,7 @@ class Learner:
                 extra={
                     "iteration": self.gstep,
                     "updates": self.updates,
+                    "owed_updates": self.decider.owed,  # Note [a stop keeps what was counted]
                     **self.hooks.checkpoint_extra(self.gstep),
                 },
             )

@@ -109,7 +109,7 @@ def run_learner(
             torch.cuda.set_device(device)
         collective = _init_process_group(spec, rank, device)
         boot.mark(f"on {device}, rank {learner_rank(spec, rank)} of {learner_world(spec)} learner(s)")
-        agent, start_gstep, start_updates = _agent(spec, rank, device)
+        agent, start_gstep, start_updates, start_owed = _agent(spec, rank, device)
         boot.mark(
             "agent and replay buffer built" + (f", resumed at gstep {start_gstep}" if start_gstep else "")
         )
@@ -127,7 +127,9 @@ def run_learner(
                 (collector_name(c.index), ends.open(ring_offers[c.index], weight_offers[c.index]))
                 for c in own
             ]
-            learner = _learner(spec, rank, agent, ends, collective, control, stats_queue, start_gstep)
+            learner = _learner(
+                spec, rank, agent, ends, collective, control, stats_queue, start_gstep, start_owed
+            )
             learner.resume_at(start_gstep, start_updates)
             # Weights first, then the slots: a collector's first poll finds the learner's actor (the
             # checkpoint's, on a resume), never nothing.
@@ -160,18 +162,22 @@ def run_learner(
                 time.sleep(0.02)
 
 
-def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAgent, int, int]:
-    """Rank ``rank``'s agent for its collectors' envs, with the gstep and update count it starts at."""
+def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAgent, int, int, int]:
+    """Rank ``rank``'s agent for its collectors' envs; the gstep, updates and owed updates it starts at.
+
+    Owed updates: Note [a stop keeps what was counted] in ``fastsac_async.learner.loop``.
+    """
     layout = spec.replay_layout(rank)
     buffer = ReplayBuffer.of(spec.run.dims, spec.agent, layout.num_envs, device=device, blocks=layout.blocks)
     agent = FastSACAgent(spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec))
     if spec.run.resume_from is None:
-        return agent, 0, 0
+        return agent, 0, 0, 0
     # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
     # indices and noise on every rank. The others keep their own seeds.
     extra = load_checkpoint(spec.run.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
     _restore_replay(spec, rank, agent.buffer)
-    return agent, int(extra.get("iteration", 0)), int(extra.get("updates", 0))
+    gstep, updates, owed = (int(extra.get(key, 0)) for key in ("iteration", "updates", "owed_updates"))
+    return agent, gstep, updates, owed
 
 
 def _restore_replay(spec: EngineSpec, rank: int, buffer: ReplayBuffer) -> None:
@@ -208,6 +214,7 @@ def _learner(
     control: Control,
     stats_queue: Any,
     start_gstep: int,
+    start_owed: int,
 ) -> Learner:
     """Rank ``rank``'s loop over its opened ends, wired to the shared counters and the stats queue."""
     indices = [c.index for c in spec.topology.collectors_of(rank)]
@@ -224,6 +231,7 @@ def _learner(
             learning_starts=spec.agent.learning_starts,
             utd_mode=spec.options.utd_mode,
             start_gstep=start_gstep,
+            start_owed=start_owed,
             max_run=spec.agent.num_updates * spec.options.max_ingest_per_iter,
         ),
         settings=LearnerSettings(
