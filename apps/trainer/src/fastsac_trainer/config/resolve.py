@@ -137,8 +137,9 @@ def resolve_device(spec: str, cuda_count: int) -> str:
 
 
 def apply_cpu_profile(cfg: dict[str, Any], explicit: frozenset[str]) -> list[str]:
-    """Cap the :data:`CPU_PROFILE` keys the user did not set; returns one note per change (none for a
-    task that is ``cpu_sized``).
+    """Cap the :data:`CPU_PROFILE` keys the user did not set; one note per change.
+
+    A task that is ``cpu_sized`` is left as it is (no notes).
 
     Runs after the collector counts are sized (:func:`size_collectors_in_place`): ``num_envs`` stays
     a multiple of ``num_collectors``, and ``batch_size`` a multiple of the (capped) ``num_envs``.
