@@ -24,9 +24,9 @@ from fastsac_async import (
     EvalReport,
     StopReason,
     WorkerFailed,
+    evaluator_name,
     run_engine,
 )
-from fastsac_async.worker_process import evaluator_name
 from fastsac_core import learning_started
 from fastsac_trainer.boot_clock import BootClock
 from fastsac_trainer.config.placement import resolve_placement

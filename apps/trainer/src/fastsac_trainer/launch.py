@@ -182,8 +182,7 @@ def _replay_layouts(plan: Any) -> dict[int, Any]:
 
     if not plan.asynchronous:
         return {0: ReplayLayout.of(plan.run.dims, plan.agent, plan.num_envs)}
-    from fastsac_async import EngineSpec
-    from fastsac_async.hosts import learner_rank
+    from fastsac_async import EngineSpec, learner_rank
 
     spec = EngineSpec(
         run=plan.run, agent=plan.agent, options=plan.async_options, topology=plan.topology, hosts=plan.hosts

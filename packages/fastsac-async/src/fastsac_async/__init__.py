@@ -28,12 +28,14 @@ from fastsac_async.exceptions import (
     RunAborted,
     WorkerFailed,
 )
-from fastsac_async.hosts import HostGroup, open_store
+from fastsac_async.hosts import HostGroup, learner_rank, open_store
 from fastsac_async.learner.profiler import profile_iterations
 from fastsac_async.parent.engine import EngineResult, EngineStats, StopReason, run_engine
 from fastsac_async.run_layout import RunLayout, checkpoint_step
 from fastsac_async.spec import EngineSpec, TrainingRun
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot
+from fastsac_async.transport import transition_ring_bytes
+from fastsac_async.worker_process import evaluator_name
 
 __all__ = [  # noqa: RUF022 - grouped by role
     # Running the engine: the options, the run, the engine's record of both, and how it ended
@@ -44,9 +46,11 @@ __all__ = [  # noqa: RUF022 - grouped by role
     "EngineResult",
     "StopReason",
     "profile_iterations",
+    "transition_ring_bytes",
     # Learners across hosts
     "HostGroup",
     "open_store",
+    "learner_rank",
     # What a running engine reports (every stats tick)
     "EngineStats",
     "LearnerSnapshot",
@@ -55,6 +59,7 @@ __all__ = [  # noqa: RUF022 - grouped by role
     # The run folder: every path in it
     "RunLayout",
     "checkpoint_step",
+    "evaluator_name",
     # Evaluation: by the engine's evaluator worker, or inline in a synchronous trainer
     "EvalSettings",
     "ClipRecorder",

@@ -67,6 +67,7 @@ __all__ = [
     "offer_transports",
     "published_stamp",
     "ring_layout",
+    "transition_ring_bytes",
     "weight_extras",
 ]
 
@@ -80,6 +81,11 @@ an evaluation is logged at the env steps of the weights it ran (Note [evaluation
 def ring_layout(dims: EnvDims, num_envs: int) -> RingLayout:
     """The transition slot of a collector stepping ``num_envs`` envs (fastsac_core's transition fields)."""
     return RingLayout.of(num_envs, transition_fields(dims.obs_dim, dims.stored_critic_obs_dim, dims.act_dim))
+
+
+def transition_ring_bytes(dims: EnvDims, num_envs: int, capacity: int) -> int:
+    """Shared-memory bytes of one collector's transition ring (``num_envs`` envs, ``capacity`` slots)."""
+    return HostRing.nbytes(ring_layout(dims, num_envs), capacity)
 
 
 def weight_extras(dims: EnvDims) -> dict[str, FieldSpec]:

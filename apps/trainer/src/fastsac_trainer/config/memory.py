@@ -17,7 +17,7 @@ and compares what the run will allocate with what is there:
 The sizes come from the parts themselves, never re-derived here: a replay buffer is
 ``algo.agent.buffer_size`` steps of each of its envs, stored ``(capacity, num_envs, ...)`` per field
 (Note [replay layout] in ``fastsac_core._replay``), so its bytes per env step are those of a real
-``ReplayBuffer`` of one env and two steps, halved; a ring's bytes are ``HostRing.nbytes`` of its layout.
+``ReplayBuffer`` of one env and two steps, halved; a ring's are ``fastsac_async.transition_ring_bytes``.
 Small allocations (networks, optimizers, pinned staging, the envs) are not counted: a need above what
 there is is refused, and the value suggested instead fills at most :data:`SUGGESTED_SHARE` of it, to
 leave them room. The refusal is one line: what does not fit, how much it needs, how much there is, and
@@ -113,13 +113,13 @@ def check_memory(run: Any, topology: Any, explicit: Collection[str] = ()) -> Non
     envs_multiple = 1
     learners = [(run.device, run.num_envs)]
     if topology is not None:
-        from fastsac_async.transport import ring_layout
-        from shm_transport import HostRing
+        from fastsac_async import transition_ring_bytes
 
         learners = [(p.device, run.num_envs // len(topology.learners)) for p in topology.learners]
         envs_multiple = len(topology.collectors)
-        layout = ring_layout(run.dims, topology.num_envs_per_collector)
-        host.rings = len(topology.collectors) * HostRing.nbytes(layout, run.async_options.ring_capacity)
+        capacity = run.async_options.ring_capacity
+        ring = transition_ring_bytes(run.dims, topology.num_envs_per_collector, capacity)
+        host.rings = len(topology.collectors) * ring
         stat = os.statvfs(_SHM)
         places.append(_Place(_SHM, stat.f_bavail * stat.f_frsize, rings=host.rings))
     gpus: dict[str, _Place] = {}
