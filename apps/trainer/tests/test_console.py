@@ -349,3 +349,32 @@ def test_key_reader_does_nothing_without_a_tty(monkeypatch: pytest.MonkeyPatch) 
     reader = KeyReader(lambda key: None)
     assert not reader.start()
     reader.stop()
+
+
+def test_a_stop_line_written_inside_a_write_waits_for_it_instead_of_failing() -> None:
+    """A stop line that comes mid-write (a buffered stream refuses reentry) is written after that line."""
+    import io
+
+    class Raw(io.RawIOBase):
+        def __init__(self) -> None:
+            self.data = b""
+            self.console: PlainConsole | None = None
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+            console, self.console = self.console, None
+            if console is not None:  # as SIGHUP's handler does, inside the buffered writer's write
+                console.stop_requested("SIGHUP")
+            self.data += bytes(b)
+            return len(b)
+
+    raw = Raw()
+    stream = io.TextIOWrapper(io.BufferedWriter(raw, buffer_size=1), write_through=True)
+    console = PlainConsole(stream, "t", min_interval_s=3600)
+    raw.console = console
+    console.info("a line long enough to reach the raw stream")
+    lines = raw.data.decode().splitlines()
+    assert lines[0] == "a line long enough to reach the raw stream"
+    assert lines[1].startswith("stop requested (SIGHUP)")

@@ -13,6 +13,7 @@ a line for (one line per ``min_interval_s`` at most). So ``it 100`` never shows 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from pathlib import Path
@@ -83,6 +84,8 @@ class PlainConsole:
         self._first: Snapshot | None = None
         self._pending: Snapshot | None = None
         self._measured: dict[str, float] = {}  # fields measured since the last line (Note [fresh fields])
+        self._queued_lines: collections.deque[str] = collections.deque()  # see _write
+        self._writing = False
         self.board = BootBoard()
         self._last_checkpoint: Path | None = None
 
@@ -93,8 +96,19 @@ class PlainConsole:
         self.close()
 
     def _write(self, line: str) -> None:
-        self._stream.write(line + "\n")
-        self._stream.flush()
+        # A signal's handler runs between two bytecodes of this thread, possibly inside a write, and
+        # writes the stop request's line: a buffered stream refuses that reentrant write (RuntimeError,
+        # seen when a closed terminal sent SIGHUP mid-line). A line that comes during a write is queued
+        # and written by the write in progress.
+        self._queued_lines.append(line)
+        while self._queued_lines and not self._writing:
+            self._writing = True
+            try:
+                while self._queued_lines:
+                    self._stream.write(self._queued_lines.popleft() + "\n")
+                self._stream.flush()
+            finally:
+                self._writing = False
 
     def info(self, message: str) -> None:
         """Write one message of the parent."""
