@@ -114,3 +114,25 @@ def test_switch_to_background_compiled_step_graphs_matches_on_cuda() -> None:
     _switch_matches_compiled(compiled, switching, "cuda")
     assert isinstance(switching.steps.critic, StepGraph) and switching.steps.critic.captured
     assert isinstance(switching.steps.actor, StepGraph) and switching.steps.actor.captured
+
+
+def test_the_compile_thread_gets_cudagraph_tree_state_of_its_own() -> None:
+    """A fresh thread gets inductor's per-thread CUDA graph state, not the importing thread's."""
+    import threading
+
+    from torch._inductor import cudagraph_trees as trees
+
+    from fastsac_core._background_compile import give_thread_cudagraph_state
+
+    main = trees.get_obj(trees.local, "tree_manager_containers")
+    seen: list[object] = []
+
+    def run() -> None:
+        give_thread_cudagraph_state()
+        seen.append(trees.get_obj(trees.local, "tree_manager_containers"))
+        seen.append(trees.get_obj(trees.local, "tree_manager_locks")[0])
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert len(seen) == 2 and seen[0] == {} and seen[0] is not main

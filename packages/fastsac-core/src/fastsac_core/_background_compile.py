@@ -15,7 +15,9 @@ and ``BackgroundCompile`` builds the compiled ones meanwhile:
    steps run a few times on the synthetic batch (a compiled function compiles at its first call,
    which also executes it: so on the copy, never on the real state), and the compiled batch
    preparation on the copied normalizers (for the same shapes, inductor's caches then hold its
-   kernels). On CUDA it runs on its own stream, synchronised before the thread says it is done.
+   kernels). On CUDA it runs on its own stream, synchronised before the thread says it is done, and
+   with inductor's per-thread CUDA graph state of its own (torch 2.11 asserts without it when dynamo
+   traces a fused optimizer step outside the importing thread: ``give_thread_cudagraph_state``).
    CUDA graphs are not captured on the thread: a capture in progress forbids the other thread's
    allocations and synchronisations (unless in thread-local mode), and torch.compile's region graphs
    are bound to the thread that records them.
@@ -38,6 +40,7 @@ outside the model) and ``cudagraph_scope=regions``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
@@ -87,6 +90,24 @@ def synthetic_batch(rows: int, agent: FastSACAgent, generator: torch.Generator) 
         discount=ones * agent.cfg.gamma,
         valid=ones.clone(),
     )
+
+
+def give_thread_cudagraph_state() -> None:
+    """Give the calling thread inductor's per-thread CUDA graph tree state, if it has none.
+
+    Inductor keeps its CUDA graph tree managers in a ``threading.local`` set up in the thread that
+    imported it (and handed on to autograd's threads only). Dynamo reads it when it traces an
+    optimizer step with CUDA gradients, and torch 2.11 asserts (an ``AssertionError`` with no
+    message) in any other thread; 2.15 sets it up on first use. An empty state of the thread's own,
+    as that first use would make, lets the compile thread trace there: it never records CUDA graphs.
+    """
+    from torch._inductor import cudagraph_trees as trees
+
+    local = trees.local
+    if hasattr(local, "tree_manager_containers") or torch._C._is_key_in_tls("tree_manager_containers"):
+        return
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = collections.defaultdict(threading.Lock)
 
 
 class BackgroundCompile:
@@ -150,6 +171,7 @@ class BackgroundCompile:
 
     def _run(self) -> None:
         try:
+            give_thread_cudagraph_state()
             with self._stream():
                 self._build()
         except BaseException as exc:  # reported by the agent on its own thread
