@@ -8,9 +8,11 @@ own 1/K of this process's CPUs (the trainer sizes its collectors to the CPUs it 
 same GPUs; a slot that frees takes the next run. Each run trains for ``--time-limit`` seconds, then its
 final checkpoint is evaluated deterministically on the same CPUs (``trainer eval``, ``--episodes``), as a
 user measures it. The table gives, per run: the eval return (mean, std, min over the episodes), the mean
-episode length, env steps, the replay reuse (``async/reuse``: gradient samples per collected
-transition), the seconds from launch to the first update and to the exit; then one row per
-configuration: the mean over seeds and the lowest seed. ``--json PATH`` keeps the rows.
+episode length, the best and the last in-run eval (``eval/return``: a final checkpoint far below its
+run's last eval fell in the last seconds), env steps, the replay reuse (``async/reuse``: gradient
+samples per collected transition), the seconds from launch to the first update and to the exit; then one
+row per configuration: the mean over seeds and the lowest seed. ``--json PATH`` keeps the rows, and beside it
+each run's scalar series (``PATH-stem.RUN.curves.json``: seconds from launch, step, value).
 
 Configurations are ``NAME=OVERRIDES`` (hydra overrides separated by spaces; ``NAME=`` alone is the
 task's defaults). ``--common`` adds overrides to every run (``task=gym task.env_id=Hopper-v5``).
@@ -19,6 +21,7 @@ task's defaults). ``--common`` adds overrides to every run (``task=gym task.env_
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import re
@@ -113,6 +116,7 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
             "min": figures.get("min", float("nan")),
             "ep len": figures.get("len", float("nan")),
             "best eval": max(evals) if evals else float("nan"),
+            "last eval": evals[-1] if evals else float("nan"),
             "train ret": returns[-1][2] if returns else float("nan"),
             "env steps": returns[-1][1] if returns else 0,
             "reuse": reuse[-1][2] if reuse else float("nan"),
@@ -120,6 +124,11 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
             "wall s": run.wall_s,
         }
     )
+    if args.json is not None:  # every series, seconds from launch: the curves behind the row
+        curves = {tag: [(wall - launched.start_epoch, step, value) for wall, step, value in series]
+                  for tag, series in scalars.items()}  # fmt: skip
+        path = Path(args.json).with_name(f"{Path(args.json).stem}.{job.name}.curves.json")
+        path.write_text(json.dumps(curves))
     print(f"done {job.name}: {row}", flush=True)
     return row
 
