@@ -50,6 +50,27 @@ def _iteration(run_dir: Path) -> int:
     return int(peek_checkpoint(last)["extra"]["iteration"])
 
 
+def test_a_run_compiling_in_the_background_ends_before_its_switch_and_its_resume_switches(
+    tmp_path: Path,
+) -> None:
+    """Compile in the background on CUDA: a short run exits cleanly mid-compile; its resume switches."""
+    background = ["algo.trainer.asynchronous=true", "algo.trainer.async_options.num_collectors=2",
+                  "algo.trainer.async_options.transition_ipc=on",
+                  "algo.agent.compile_in_background=true"]  # fmt: skip
+    _run([*TINY, *background, "algo.trainer.num_learning_iterations=4", "run_name=b"], tmp_path)
+    run_dir = tmp_path / "runs" / "b"
+    bg_failed = "in the background failed"  # the agent's warning
+    learner_log = RunLayout(run_dir).log("learner0")
+    first = learner_log.read_text()
+    assert _iteration(run_dir) == 4 and "Traceback" not in first and bg_failed not in first, first
+    # Long enough for the compile (the 14-collector Humanoid run's took 65 s), then the time limit.
+    resumed = _run([f"resume={run_dir}", "algo.trainer.num_learning_iterations=100000000",
+                    "algo.trainer.time_limit_s=120", "console=plain"], tmp_path)  # fmt: skip
+    log = learner_log.read_text()
+    assert "switched at update" in log and "Traceback" not in log and bg_failed not in log, log
+    assert "compiled switch" in resumed and _iteration(run_dir) > 4, resumed
+
+
 @pytest.mark.parametrize(
     "mode",
     [

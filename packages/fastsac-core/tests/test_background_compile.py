@@ -136,3 +136,18 @@ def test_the_compile_thread_gets_cudagraph_tree_state_of_its_own() -> None:
     thread.start()
     thread.join(30)
     assert len(seen) == 2 and seen[0] == {} and seen[0] is not main
+
+
+@pytest.mark.gpu
+def test_a_switch_after_a_state_load_matches_an_all_compiled_agent_on_cuda() -> None:
+    """A resume on CUDA: a state loaded before the switch, then the same weights as compiled throughout."""
+    cfg = tiny_config(compile=True, cudagraphs=True, cudagraph_scope="step", amp=False)
+    torch.manual_seed(3)
+    source = make_agent(TINY_DIMS, replace(cfg, compile=False, cudagraphs=False), "cuda", num_envs=4)
+    _train(source, 2, torch.Generator().manual_seed(3), "cuda")  # optimizer state with steps behind it
+    state = source.state_dict()
+    compiled = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
+    switching = make_agent(TINY_DIMS, replace(cfg, compile_in_background=True), "cuda", num_envs=4)
+    compiled.load_state_dict(state)
+    switching.load_state_dict(state)  # after the thread copied the fresh model: the switch copies this
+    _switch_matches_compiled(compiled, switching, "cuda")
