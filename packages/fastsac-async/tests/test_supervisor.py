@@ -185,3 +185,25 @@ def test_workers_are_forked_from_a_server_that_already_loaded_torch(
     assert [facts[n]["probe_variable"] for n in outs] == [None, "set after the first start"]
     # In place before the worker's arguments are unpickled (which imports their modules).
     assert [facts[n]["probe_variable_at_unpickle"] for n in outs] == [None, "set after the first start"]
+    # The learner's optimizers import dynamo: the server did, once, for every worker; CUDA it never touches.
+    assert all(f["preloaded_dynamo"] and not f["cuda_initialized_at_start"] for f in facts.values())
+
+
+@pytest.mark.gpu
+def test_a_worker_forked_from_the_preloaded_server_starts_without_cuda_and_then_uses_it(
+    tmp_path: Path,
+) -> None:
+    """On a GPU host the server's imports (torch, dynamo) leave CUDA alone, so a forked worker can use it."""
+    import json
+
+    sup = Supervisor(tmp_path)
+    out = tmp_path / "learner0.json"
+    sup.spawn("learner0", probing_worker, {"out": out, "unpickled": UnpickledVariable(), "use_cuda": True},
+              threads=1)  # fmt: skip
+    try:
+        assert _wait_exit(sup, 120) == ["learner0"] and sup.exitcode("learner0") == 0
+        facts = json.loads(out.read_text())
+    finally:
+        sup.shutdown([sup.names], timeout_s=5.0, before_group=lambda i: None)
+    assert facts["preloaded_dynamo"] and not facts["cuda_initialized_at_start"]
+    assert facts["cuda_sum"] == 3.0

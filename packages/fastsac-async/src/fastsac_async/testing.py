@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,18 +298,22 @@ def _unpickled_variable() -> UnpickledVariable:
 
 
 def probing_worker(
-    *, name: str, run_dir: Path, parent_pid: int, threads: int, out: Path, unpickled: UnpickledVariable
-) -> None:
+    *, name: str, run_dir: Path, parent_pid: int, threads: int, out: Path, unpickled: UnpickledVariable,
+    use_cuda: bool = False,
+) -> None:  # fmt: skip
     """Worker that writes, as JSON to ``out``, what it started from (Note [fork server]).
 
     Its parent's pid, whether that process had loaded torch's library before forking it, the run
-    parent's pid it was given, its ``OMP_NUM_THREADS``, torch's thread count and the variable
-    ``FASTSAC_TEST_PROBE``.
+    parent's pid it was given, its ``OMP_NUM_THREADS``, torch's thread count, the variable
+    ``FASTSAC_TEST_PROBE``, whether it started with ``torch._dynamo`` imported and CUDA not initialised,
+    and (``use_cuda``) the sum of a tensor it then made on the GPU.
     """
     import json
 
+    preloaded_dynamo = "torch._dynamo" in sys.modules  # before this worker imports anything itself
     import torch
 
+    cuda_initialized = torch.cuda.is_initialized()
     with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
         forked_by = os.getppid()
         maps = Path(f"/proc/{forked_by}/maps").read_text()
@@ -320,6 +325,9 @@ def probing_worker(
             "torch_threads": torch.get_num_threads(),
             "probe_variable": os.environ.get("FASTSAC_TEST_PROBE"),
             "probe_variable_at_unpickle": unpickled.value,
+            "preloaded_dynamo": preloaded_dynamo,
+            "cuda_initialized_at_start": cuda_initialized,
+            "cuda_sum": torch.ones(3, device="cuda").sum().item() if use_cuda else None,
         }
         partial = out.with_suffix(".partial")
         partial.write_text(json.dumps(facts))

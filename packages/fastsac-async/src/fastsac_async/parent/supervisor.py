@@ -81,9 +81,12 @@ _POLL_S = 0.05
 """Longest pause between two ``hurry`` checks of a graceful join."""
 _STACK_DUMP_WAIT_S = 0.2
 """Time a worker gets to write its stacks (``STACK_DUMP_SIGNAL``) before it is killed."""
-PRELOAD = ("numpy", "torch", "fastsac_async.worker_process")
+PRELOAD = ("numpy", "torch", "torch._dynamo", "fastsac_async.worker_process")
 """What the fork server imports before it forks any worker (Note [fork server]), with the entry
-modules of the workers a :class:`Supervisor` is given."""
+modules of the workers a :class:`Supervisor` is given. ``torch._dynamo`` because a learner's first
+optimizer imports it (torch.optim's dynamo guard): 7 s of CPU per learner on a 2-core machine, most of
+its boot; the server pays it once per parent process (an engine test file: 205 s -> 69 s). Importing
+it touches no CUDA, so a worker still initialises CUDA itself (a ``gpu`` test in test_supervisor)."""
 
 
 @dataclass(frozen=True)
