@@ -313,7 +313,7 @@ def probing_worker(
     preloaded_dynamo = "torch._dynamo" in sys.modules  # before this worker imports anything itself
     import torch
 
-    cuda_initialized = torch.cuda.is_initialized()
+    cuda_initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
     with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
         forked_by = os.getppid()
         maps = Path(f"/proc/{forked_by}/maps").read_text()
