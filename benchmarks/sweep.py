@@ -12,7 +12,8 @@ episode length, the best and the last in-run eval (``eval/return``: a final chec
 run's last eval fell in the last seconds), env steps, the replay reuse (``async/reuse``: gradient
 samples per collected transition), the seconds from launch to the first update and to the exit; then one
 row per configuration: the mean over seeds and the lowest seed. ``--json PATH`` keeps the rows, and beside it
-each run's scalar series (``PATH-stem.RUN.curves.json``: seconds from launch, step, value).
+each run's scalar series (``PATH-stem.RUN.curves.json``: seconds from launch, step, value) and its
+logs folder (``PATH-stem.RUN.logs/``: the boot marks of every worker).
 
 Configurations are ``NAME=OVERRIDES`` (hydra overrides separated by spaces; ``NAME=`` alone is the
 task's defaults). ``--common`` adds overrides to every run (``task=gym task.env_id=Hopper-v5``).
@@ -25,6 +26,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -129,6 +131,8 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
                   for tag, series in scalars.items()}  # fmt: skip
         path = Path(args.json).with_name(f"{Path(args.json).stem}.{job.name}.curves.json")
         path.write_text(json.dumps(curves))
+        # The workers' and the parent's logs (boot marks, warnings): small, and gone with the machine.
+        shutil.copytree(run.run_dir / "logs", path.with_name(f"{Path(args.json).stem}.{job.name}.logs"))
     print(f"done {job.name}: {row}", flush=True)
     return row
 
