@@ -170,3 +170,23 @@ def test_semaphores_made_in_the_block_lose_their_names_on_unlink_and_keep_workin
         assert not names[1].exists()
     finally:
         janitor.close()
+
+
+def test_a_zombie_counts_as_exited_and_a_running_process_as_alive() -> None:
+    """pid_alive: a child that exited but is not reaped yet is gone; this process and a sleeper run."""
+    from fastsac_async.parent.janitor import pid_alive
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    quick = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{quick.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child exits"
+            time.sleep(0.02)
+        assert not pid_alive(quick.pid), "a zombie has exited"
+        assert pid_alive(os.getpid()) and pid_alive(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+        quick.wait(10)
+    assert not pid_alive(quick.pid) and not pid_alive(sleeper.pid)

@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from fastsac_async.control import Control
+from fastsac_async.parent.janitor import pid_alive
 from fastsac_async.run_layout import RunLayout
 from numa_bind import bind_current_process
 from shm_transport import HandshakeAborted
@@ -145,16 +146,6 @@ class BootTimeline:
         _log.info("%s boot: %s in %.2f s (%.2f s since start)", self._name, phase, took, now - self._start)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process now holds the pid: ours is gone
-        return False
-    return True
-
-
 def _die_with_parent(parent_pid: int) -> None:
     if sys.platform.startswith("linux"):
         try:
@@ -164,13 +155,13 @@ def _die_with_parent(parent_pid: int) -> None:
             _log.warning("prctl(PR_SET_PDEATHSIG) unavailable; relying on the parent watchdog")
     # Race: the fork server (or the parent) may have died before prctl ran; the signal never comes then.
     forked_by = os.getppid()
-    if forked_by == 1 or not _alive(parent_pid):
+    if forked_by == 1 or not pid_alive(parent_pid):
         os._exit(70)
 
     def watch() -> None:
         while True:
             time.sleep(0.5)
-            if os.getppid() != forked_by or not _alive(parent_pid):
+            if os.getppid() != forked_by or not pid_alive(parent_pid):
                 os._exit(70)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()

@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Janitor", "cuda_event_file_pid"]
+__all__ = ["Janitor", "cuda_event_file_pid", "pid_alive"]
 
 SHM_DIR = Path("/dev/shm")
 _PARENT_EXIT_WAIT_S = 10.0
@@ -172,7 +172,12 @@ class Janitor:
             self._pipe = None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and is not a zombie (the one rule of the engine's watchers).
+
+    A zombie has exited: its parent has only not reaped it yet. A SIGKILLed run parent stays one until
+    its own parent (a shell, a test) waits for it, and a worker watching for it must not wait as long.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -183,7 +188,7 @@ def _alive(pid: int) -> bool:
 def _all_exit(pids: set[int], timeout_s: float) -> bool:
     """Wait (bounded) until none of ``pids`` is alive; whether none is."""
     deadline = time.monotonic() + timeout_s
-    while any(_alive(pid) for pid in pids):
+    while any(pid_alive(pid) for pid in pids):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -202,7 +207,7 @@ def _remove(prefixes: tuple[str, ...]) -> None:
 
 
 def _torch_files(pids: set[int]) -> tuple[str, ...]:
-    return tuple(f"torch_{pid}_" for pid in pids if not _alive(pid))
+    return tuple(f"torch_{pid}_" for pid in pids if not pid_alive(pid))
 
 
 def cuda_event_file_pid(name: str) -> int | None:
@@ -221,7 +226,7 @@ def _remove_cuda_event_files(pids: set[int], started: float) -> None:
 
     Note [CUDA event files]: a file older than the run is a stranger's whose pid number matches.
     """
-    exited = {pid for pid in pids if not _alive(pid)}
+    exited = {pid for pid in pids if not pid_alive(pid)}
     try:
         entries = list(SHM_DIR.glob("cuda.shm.*"))
     except OSError:
