@@ -294,8 +294,11 @@ def test_a_second_sigterm_or_the_grace_period_during_the_final_checkpoint_stops_
     slow = ["algo.agent.critic_hidden_dim=2048", "algo.agent.num_updates=64", "algo.agent.learning_starts=1"]
     grace = ["algo.trainer.stop_grace_s=1.5"] if cause == "grace period" else []
     run = _Run(tmp_path, [*TINY, *ASYNC, *slow, *grace, LONG, "run_name=r"])
+    learner_log = RunLayout(tmp_path / "runs" / "r").log("learner0")
     try:
-        run.wait_for("] it ")
+        # The learner's first chunk has ended (its second starts at once): signalled now, it is seconds
+        # from its final checkpoint, and the run is not kept waiting for its first progress line.
+        _wait_for_log(learner_log, lambda text: "first update chunk" in text)
         run.proc.send_signal(signal.SIGTERM)
         run.wait_for("stop requested (SIGTERM)", timeout_s=30)
         if cause == "second SIGTERM":

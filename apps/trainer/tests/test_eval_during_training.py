@@ -137,11 +137,17 @@ def test_evaluating_leaves_the_synchronous_training_unchanged(sync_runs: Path) -
         ),
     ],
 )
-def test_a_bad_eval_setting_is_refused_in_one_line(tmp_path: Path, override: str, message: str) -> None:
+def test_a_bad_eval_setting_is_refused_in_one_line(
+    tmp_path: Path,
+    override: str,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A bad eval setting stops the command before anything starts: exit 2, one line with setting and fix."""
-    result = _run([*TINY, override], tmp_path)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1 and re.search(re.escape(message), lines[0]), (
-        result.stderr
-    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:  # the command line's main, in this process
+        main([*TINY, "algo.trainer.num_learning_iterations=2", "runs_root=runs", override])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert refused.value.code == 2 and len(lines) == 1 and re.search(re.escape(message), lines[0]), lines
     assert not (tmp_path / "runs").exists()
