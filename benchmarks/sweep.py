@@ -36,6 +36,8 @@ from pathlib import Path
 
 from _harness import ROOT, Row, add_output_args, launch_trainer, machine, read_scalars, report
 
+from fastsac_async.run_layout import RunLayout
+
 _EVAL_LINE = re.compile(
     r"mean return (?P<mean>-?[\d.]+) \(std (?P<std>[\d.]+), min (?P<min>-?[\d.]+), max (?P<max>-?[\d.]+)\)"
     r" over \d+ episodes, mean length (?P<len>[\d.]+)"
@@ -132,7 +134,8 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
         path = Path(args.json).with_name(f"{Path(args.json).stem}.{job.name}.curves.json")
         path.write_text(json.dumps(curves))
         # The workers' and the parent's logs (boot marks, warnings): small, and gone with the machine.
-        shutil.copytree(run.run_dir / "logs", path.with_name(f"{Path(args.json).stem}.{job.name}.logs"))
+        logs = path.with_name(f"{Path(args.json).stem}.{job.name}.logs")
+        shutil.copytree(RunLayout(run.run_dir).logs, logs)
     print(f"done {job.name}: {row}", flush=True)
     return row
 
