@@ -7,7 +7,8 @@ once more from the same folder with ``algo.trainer.save_replay=false`` (an empty
 faithful resume must be told apart from). Each resume writes into a folder of its own. Each final
 checkpoint's deterministic policy is evaluated on ``--episodes`` fresh episodes. Runs go one at a time,
 in one process (the workers' fork server is started once). The band is the uninterrupted returns'
-``[min - margin, max + margin]`` (``--margin``, in return units).
+``[min - margin, max + margin]`` (``--margin``, in return units), or ``[min - margin, BEST]`` with
+``--best BEST`` (the task's best return: a resume ahead of the uninterrupted runs is no fault).
 
     uv run --frozen python benchmarks/resume_band.py [--seeds 1 2 3] [--stop 300] [--end 500] [--empty]
 """
@@ -54,6 +55,7 @@ def main() -> None:
     parser.add_argument("--empty", action="store_true", help="also resume each stop from an empty buffer")
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--margin", type=float, default=10.0)
+    parser.add_argument("--best", type=float, default=None, help="the band's upper edge: the task's best")
     add_output_args(parser)
     args = parser.parse_args()
     print(machine())
@@ -76,7 +78,8 @@ def main() -> None:
     wall = time.perf_counter() - started
     columns = list(returns[args.seeds[0]])
     uninterrupted = [got[columns[0]] for got in returns.values()]
-    low, high = min(uninterrupted) - args.margin, max(uninterrupted) + args.margin
+    low = min(uninterrupted) - args.margin
+    high = max(uninterrupted) + args.margin if args.best is None else args.best
     rows: list[dict[str, object]] = [{"seed": seed, **got} for seed, got in returns.items()]
     rows.append({"seed": "mean", **{c: statistics.mean(g[c] for g in returns.values()) for c in columns}})
     rows[-1]["wall_s"] = wall

@@ -132,10 +132,14 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
         curves = {tag: [(wall - launched.start_epoch, step, value) for wall, step, value in series]
                   for tag, series in scalars.items()}  # fmt: skip
         path = Path(args.json).with_name(f"{Path(args.json).stem}.{job.name}.curves.json")
-        path.write_text(json.dumps(curves))
         # The workers' and the parent's logs (boot marks, warnings): small, and gone with the machine.
-        logs = path.with_name(f"{Path(args.json).stem}.{job.name}.logs")
-        shutil.copytree(RunLayout(run.run_dir).logs, logs)
+        # A second sweep into the same --json adds to it; a copy that fails costs the copy, not the row.
+        try:
+            path.write_text(json.dumps(curves))
+            logs = path.with_name(f"{Path(args.json).stem}.{job.name}.logs")
+            shutil.copytree(RunLayout(run.run_dir).logs, logs, dirs_exist_ok=True)
+        except OSError as error:
+            print(f"{job.name}: its curves or logs were not kept ({error})", flush=True)
     print(f"done {job.name}: {row}", flush=True)
     return row
 

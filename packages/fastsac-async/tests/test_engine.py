@@ -114,7 +114,8 @@ def test_once_every_worker_is_ready_the_run_has_no_name_left_in_dev_shm(tmp_path
     def on_stats(stats: EngineStats) -> None:  # every tick comes after the boot
         for log in [] if mapped else RunLayout(tmp_path).logs.glob("*.log"):
             for pid in re.findall(r"started \(pid (\d+)", log.read_text()):
-                with contextlib.suppress(FileNotFoundError):  # a worker done with its steps has exited
+                # A worker done with its steps has exited (before the open, or between it and the read).
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
                     maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
                     mapped.extend(line.split("/dev/shm/", 1)[1] for line in maps if "/dev/shm/" in line)
 

@@ -305,15 +305,17 @@ def probing_worker(
 
     Its parent's pid, whether that process had loaded torch's library before forking it, the run
     parent's pid it was given, its ``OMP_NUM_THREADS``, torch's thread count, the variable
-    ``FASTSAC_TEST_PROBE``, whether it started with ``torch._dynamo`` imported and CUDA not initialised,
-    and (``use_cuda``) the sum of a tensor it then made on the GPU.
+    ``FASTSAC_TEST_PROBE``, whether it started with ``torch._dynamo`` imported, whether torch marks it a
+    bad fork (its server had initialised CUDA), and (``use_cuda``) the sum of a tensor it then made on
+    the GPU.
     """
     import json
 
     preloaded_dynamo = "torch._dynamo" in sys.modules  # before this worker imports anything itself
     import torch
 
-    cuda_initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    # Set in a child whose parent had initialised CUDA (torch's fork handler): such a child cannot use it.
+    cuda_initialized = torch.cuda._is_in_bad_fork()
     with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
         forked_by = os.getppid()
         maps = Path(f"/proc/{forked_by}/maps").read_text()

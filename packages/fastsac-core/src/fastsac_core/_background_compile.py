@@ -100,6 +100,9 @@ def give_thread_cudagraph_state() -> None:
     optimizer step with CUDA gradients, and torch 2.11 asserts (an ``AssertionError`` with no
     message) in any other thread; 2.15 sets it up on first use. An empty state of the thread's own,
     as that first use would make, lets the compile thread trace there: it never records CUDA graphs.
+    Called on the agent's thread too, before the compile thread starts: the first call imports the
+    module, and the importing thread is the one 2.11 sets up (the agent's, which captures and retraces
+    after the switch). Stashed as torch does, so autograd's threads started from here inherit it.
     """
     from torch._inductor import cudagraph_trees as trees
 
@@ -108,6 +111,8 @@ def give_thread_cudagraph_state() -> None:
         return
     local.tree_manager_containers = {}
     local.tree_manager_locks = collections.defaultdict(threading.Lock)
+    torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
+    torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
 
 
 class BackgroundCompile:
@@ -149,6 +154,7 @@ class BackgroundCompile:
         self._size, self._views = size, min(2, updates)
         self._inputs_written: torch.cuda.Event | None = None
         if agent.device.type == "cuda":  # the thread's stream must follow the copies made on this one
+            give_thread_cudagraph_state()  # the agent's thread first (the importer under torch 2.11)
             self._inputs_written = torch.cuda.Event()  # type: ignore[no-untyped-call]
             self._inputs_written.record(torch.cuda.current_stream(agent.device))
         self._stop = threading.Event()
@@ -171,7 +177,8 @@ class BackgroundCompile:
 
     def _run(self) -> None:
         try:
-            give_thread_cudagraph_state()
+            if self._device.type == "cuda":
+                give_thread_cudagraph_state()
             with self._stream():
                 self._build()
         except BaseException as exc:  # reported by the agent on its own thread

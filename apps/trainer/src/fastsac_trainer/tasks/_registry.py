@@ -209,8 +209,8 @@ GYM_TASK = TaskSpec(
     env_id=None,
     description="your own env: task.env_id=<gymnasium id> or task.env_factory=pkg.module:make",
     num_envs=256,
-    # 3 M env steps, as walker2d's: 4,000 (1 M) ended a Walker2d-sized env near 80 s on the 16-core
-    # GPU host, far short of the learning its 300 s give (7,255 at 3 M steps; wiki/benchmarks.md).
+    # 3 M env steps, as walker2d's: 1 M would end a Walker2d-sized env about 80 s into a run on the
+    # 16-core GPU host, a quarter of the 300 s it learns in (wiki/decisions.md).
     num_learning_iterations=12_000,
     # Generic (wiki/tasks.md, "Your own environment"): the general recipe, which needs nothing of the
     # env's rewards (normalised); the raw support, used only with reward_normalization=false, is wide

@@ -177,11 +177,22 @@ def pid_alive(pid: int) -> bool:
 
     A zombie has exited: its parent has only not reaped it yet. A SIGKILLed run parent stays one until
     its own parent (a shell, a test) waits for it, and a worker watching for it must not wait as long.
+    Where ``/proc`` cannot be read (but the pid may exist), the signal probe decides, so a watcher never
+    takes an unreadable ``/proc`` for a dead parent. (shm-transport keeps the same rule for its own
+    sweeps: it imports nothing of this package, and this module imports nothing of it.)
     """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's process: it exists
+            return True
+        return True
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 

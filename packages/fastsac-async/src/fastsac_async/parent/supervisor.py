@@ -28,8 +28,13 @@ forked one inherits from the server instead, so:
   run's workers, as it did when they were spawned. What the server itself imported read its
   variables at the server's start (torch's OpenMP and BLAS libraries: the first point); MuJoCo's GL
   back-end, CUDA's visible devices and inductor's cache folder are loaded or initialised in the
-  worker, after its environment is in place. (A main script that imports MuJoCo at its top is run
-  again in each worker before the arguments are unpickled, as under spawn.)
+  worker, after its environment is in place. Dynamo's and inductor's configuration modules (preloaded
+  with ``torch._dynamo``) read their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*``
+  variables at the server's start too: one of those set in the parent between two runs of one process
+  does not reach the second run's workers (the compile cache folder does: inductor reads it at each
+  access, and ``FASTSAC_COMPILE_CACHE=off`` is applied again in each worker by ``use_compile_cache``).
+  Importing them touches no CUDA and starts no thread. (A main script that imports MuJoCo at its top is
+  run again in each worker before the arguments are unpickled, as under spawn.)
 
 If the server dies, every worker dies with it (``PR_SET_PDEATHSIG``), and multiprocessing reports
 each one's exit code as 255, since the status it would have read from the server is lost: a failure
@@ -84,9 +89,8 @@ _STACK_DUMP_WAIT_S = 0.2
 PRELOAD = ("numpy", "torch", "torch._dynamo", "fastsac_async.worker_process")
 """What the fork server imports before it forks any worker (Note [fork server]), with the entry
 modules of the workers a :class:`Supervisor` is given. ``torch._dynamo`` because a learner's first
-optimizer imports it (torch.optim's dynamo guard): 7 s of CPU per learner on a 2-core machine, most of
-its boot; the server pays it once per parent process (an engine test file: 205 s -> 69 s). Importing
-it touches no CUDA, so a worker still initialises CUDA itself (a ``gpu`` test in test_supervisor)."""
+optimizer imports it (torch.optim's dynamo guard), most of a learner's boot on a small machine: the
+server pays it once per parent process (wiki/benchmarks.md, "Process start and the test suite")."""
 
 
 @dataclass(frozen=True)
