@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fastsac_async.parent.janitor import pid_alive
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.testing import (
@@ -27,14 +28,6 @@ def _wait_exit(sup: Supervisor, timeout_s: float) -> list[str]:
             return [e.name for e in exits]
         sup.wait(0.1)
     return []
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def test_exception_writes_traceback_and_names_the_worker(tmp_path: Path) -> None:
@@ -110,13 +103,13 @@ def test_worker_dies_with_its_parent(tmp_path: Path) -> None:
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         worker_pid = int(pid_file.read_text())
-        assert _pid_alive(worker_pid)
+        assert pid_alive(worker_pid)
         os.kill(parent.pid, signal.SIGKILL)  # type: ignore[arg-type]
         parent.join(10)
         deadline = time.monotonic() + 5
-        while _pid_alive(worker_pid) and time.monotonic() < deadline:
+        while pid_alive(worker_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _pid_alive(worker_pid)
+        assert not pid_alive(worker_pid)
     finally:
         with contextlib.suppress(ProcessLookupError):
             parent.kill()
