@@ -19,8 +19,9 @@ to every trainer run (e.g. ``algo.trainer.async_options.ingest=generations``).
 * learner: updates/s of the task's learner in a training run (``utd_mode=learner_bound``: it drains,
   decides and publishes between update chunks, as fast as it can) against the same agent's updates
   alone (``learner_updates.py``'s measurement): the seeds' "updates/s while ingesting / without".
-* inference: ms per collector policy call on CPU and on CUDA for the per-collector batch when 1024 envs
-  are split over N collectors (to choose ``collector_inference_device``).
+* inference: ms per collector policy call on CPU and on CUDA (eager and compiled) for the per-collector
+  batch when 1024 envs are split over N collectors (to choose ``collector_inference_device`` and
+  ``collector_compile``).
 """
 
 from __future__ import annotations
@@ -143,12 +144,12 @@ def learner(task: str, seconds: float, device: str, extra: list[str], root: Path
             "in a run / alone": in_run / alone, "learn %": learn_pct}  # fmt: skip
 
 
-def inference_ms(task: str, device: str, batch: int) -> float:
-    """Ms per collector policy call for ``batch`` envs of ``task`` on ``device`` (the task's actor)."""
+def inference_ms(task: str, device: str, batch: int, compile: bool = False) -> float:
+    """Ms per collector policy call for ``batch`` envs of ``task`` on ``device`` (``compile``: compiled)."""
     spec = TASKS[task]
     dims = probe_dims(spec.env_factory())
     cfg: FastSACConfig = spec.agent_config()
-    policy = InferencePolicy(dims, cfg, device=device, compile=False, amp=device.startswith("cuda"))
+    policy = InferencePolicy(dims, cfg, device=device, compile=compile, amp=device.startswith("cuda"))
     obs = torch.randn(batch, dims.obs_dim)
     for _ in range(3):
         policy(obs).cpu()
@@ -192,9 +193,10 @@ def main() -> None:
             row = learner(args.task, args.seconds, args.device, args.overrides, root)
             report(f"learner on {args.device}", [row], args.json)
     if "inference" in args.parts:
-        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        ways = [("cpu", False)] + ([("cuda", False), ("cuda", True)] if torch.cuda.is_available() else [])
         rows = [{"collectors": n, "batch": INFERENCE_ENVS // n,
-                 **{f"{d} ms": inference_ms(args.task, d, INFERENCE_ENVS // n) for d in devices}}
+                 **{f"{d}{' compiled' if c else ''} ms": inference_ms(args.task, d, INFERENCE_ENVS // n, c)
+                    for d, c in ways}}
                 for n in args.collectors]  # fmt: skip
         report(f"collector policy call, {env_id}", rows, args.json)
 

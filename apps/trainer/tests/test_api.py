@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import re
 import subprocess
@@ -76,10 +77,13 @@ def _local_factory(num_envs: int, seed: int) -> object:
     ],
 )
 def test_mistakes_raise_the_command_lines_one_line_error(kwargs: dict[str, object], message: str) -> None:
-    """Invalid settings and factories no process could import raise TrainerAppError with one line."""
+    """Invalid settings and factories raise TrainerAppError with one line; the early fork server stops."""
+    server = multiprocessing.forkserver._forkserver  # type: ignore[attr-defined]
+    before = server._forkserver_pid
     with pytest.raises(TrainerAppError) as info:
         train("gym", **{"overrides": ["algo.trainer.device=cpu"], **kwargs})  # type: ignore[arg-type]
     assert message in str(info.value) and "\n" not in str(info.value)
+    assert server._forkserver_pid == before
 
 
 def test_module_level_functions_in_main_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -200,3 +200,29 @@ def test_a_worker_forked_from_the_preloaded_server_starts_without_cuda_and_then_
         sup.shutdown([sup.names], timeout_s=5.0, before_group=lambda i: None)
     assert facts["preloaded_dynamo"] and not facts["cuda_initialized_at_start"]
     assert facts["cuda_sum"] == 3.0
+
+
+_EARLY_SERVER = """
+import multiprocessing.forkserver as forkserver
+from fastsac_async.parent.supervisor import start_fork_server, stop_fork_server
+assert start_fork_server(["fastsac_async.learner.process"])
+pid = forkserver._forkserver._forkserver_pid
+assert not start_fork_server(), "a running server is kept"
+assert forkserver._forkserver._forkserver_pid == pid
+stop_fork_server()  # while it imports torch
+assert forkserver._forkserver._forkserver_pid is None
+stop_fork_server()  # none running: nothing to do
+print(pid)
+"""
+
+
+def test_a_fork_server_started_early_stops_at_once_in_the_middle_of_its_imports() -> None:
+    """start_fork_server starts one server (a second call keeps it); stop_fork_server ends it mid-import."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _EARLY_SERVER], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert not pid_alive(int(done.stdout.split()[-1])), "the server was reaped"

@@ -105,11 +105,27 @@ def train_run(overrides: list[str], outcome: RunOutcome | None = None) -> int:
 
 
 def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None) -> int:
+    from fastsac_async import cancel_prestart, prestart_workers
+
+    # The workers' fork server imports torch and the workers' modules while this process composes and
+    # prepares the run (torch, the env's spaces, the placement: seconds too); most runs are
+    # asynchronous. It is stopped again if the run is not, or fails before it is handed over.
+    prestarted = prestart_workers()
+    try:
+        return _prepared_run(overrides, outcome, cluster, prestarted)
+    except BaseException:
+        cancel_prestart(prestarted)
+        raise
+
+
+def _prepared_run(
+    overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None, prestarted: bool
+) -> int:
     import functools
 
     from omegaconf import OmegaConf
 
-    from fastsac_async import RunLayout
+    from fastsac_async import RunLayout, cancel_prestart
     from fastsac_trainer.arguments import composed, one_launch_settings
     from fastsac_trainer.config.compose import explicit_keys
     from fastsac_trainer.config.memory import check_memory
@@ -123,6 +139,8 @@ def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | 
     )
 
     run, resume_from, previous_run, cuda_count, settings = composed(overrides)
+    if not run.asynchronous:
+        cancel_prestart(prestarted)
     every = run.config["algo"]["trainer"]["eval_video_every"]
     rendering = None
     if every and run.evaluation is not None:

@@ -30,7 +30,14 @@ from fastsac_async.exceptions import (
 )
 from fastsac_async.hosts import HostGroup, learner_rank, open_store
 from fastsac_async.learner.profiler import profile_iterations
-from fastsac_async.parent.engine import EngineResult, EngineStats, StopReason, run_engine
+from fastsac_async.parent.engine import (
+    EngineResult,
+    EngineStats,
+    StopReason,
+    cancel_prestart,
+    prestart_workers,
+    run_engine,
+)
 from fastsac_async.run_layout import RunLayout, checkpoint_step
 from fastsac_async.spec import EngineSpec, TrainingRun
 from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot
@@ -43,6 +50,8 @@ __all__ = [  # noqa: RUF022 - grouped by role
     "TrainingRun",
     "EngineSpec",
     "run_engine",
+    "prestart_workers",
+    "cancel_prestart",
     "EngineResult",
     "StopReason",
     "profile_iterations",

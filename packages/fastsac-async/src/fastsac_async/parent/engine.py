@@ -46,16 +46,46 @@ from fastsac_async.learner.process import run_learner
 from fastsac_async.learner.profiler import profile_iterations
 from fastsac_async.parent.janitor import Janitor
 from fastsac_async.parent.monitor import EngineResult, EngineStats, RunWatch, StopReason
-from fastsac_async.parent.supervisor import Supervisor
+from fastsac_async.parent.supervisor import Supervisor, start_fork_server, stop_fork_server
 from fastsac_async.spec import EngineSpec, learner_threads
 from fastsac_async.transport import Segments, offer_transports
 from fastsac_async.worker_process import collector_name, evaluator_name, learner_name
 from fastsac_core import discard_partial_checkpoints, peek_checkpoint
 from shm_transport import HandshakeAborted, StartupHandshake, cleanup_stale_segments, default_prefix
 
-__all__ = ["AsyncEngine", "EngineResult", "EngineStats", "StopReason", "run_engine"]
+__all__ = [
+    "AsyncEngine",
+    "EngineResult",
+    "EngineStats",
+    "StopReason",
+    "cancel_prestart",
+    "prestart_workers",
+    "run_engine",
+]
 
 _log = logging.getLogger(__name__)
+
+_WORKER_MODULES = tuple(f.__module__ for f in (run_learner, run_collector, run_evaluator))
+"""The modules of the workers' entry points, which the fork server imports (Note [fork server])."""
+
+
+def prestart_workers() -> bool:
+    """Start the workers' fork server now, so that its imports overlap the caller's own set-up of a run.
+
+    The first run's workers then fork from a server that is ready, or nearly (Note [fork server] in
+    :mod:`fastsac_async.parent.supervisor`). A caller that ends up running no asynchronous run calls
+    :func:`cancel_prestart` with the result.
+
+    Returns:
+        Whether this call started the server (False: one was running already, and is kept).
+    """
+    return start_fork_server(_WORKER_MODULES)
+
+
+def cancel_prestart(started: bool) -> None:
+    """Stop the fork server that :func:`prestart_workers` started (``started``), before any worker used it."""
+    if started:
+        stop_fork_server()
 
 
 class AsyncEngine:
@@ -105,8 +135,7 @@ class AsyncEngine:
                 cleaned up).
         """
         spec = self.spec
-        entries = (run_learner, run_collector, run_evaluator)
-        sup = Supervisor(spec.run.run_dir, preload=[f.__module__ for f in entries])
+        sup = Supervisor(spec.run.run_dir, preload=_WORKER_MODULES)
         ctx = sup.context
         control = Control(spec.num_collectors, spec.num_learners)
 

@@ -10,7 +10,10 @@ Importing torch costs seconds of CPU per process (5.5 s on a 2-core machine); a 
 its collectors and an evaluator, so spawning each from scratch paid that once per worker. Workers are
 started with multiprocessing's ``forkserver`` method instead: the first start launches one server
 process (a fresh interpreter, like a spawned child) that imports :data:`PRELOAD` and the entry modules
-of the workers, and every worker is then a fork of that server. The server never touches CUDA (nothing
+of the workers, and every worker is then a fork of that server. A caller may start it before it
+prepares a run (:func:`start_fork_server`; the trainer does, before it composes its config), so that
+the server's imports overlap the caller's own, and stop it again (:func:`stop_fork_server`) when no
+run will use it. The server never touches CUDA (nothing
 it imports does at import time), so each worker initialises CUDA itself, as a spawned one would. The
 parent is never forked: its threads, its CUDA context and its open files stay its own. The server lives
 as long as the parent (it exits when the parent's end of its pipe closes, a crash included), and later
@@ -30,9 +33,10 @@ forked one inherits from the server instead, so:
   back-end, CUDA's visible devices and inductor's cache folder are loaded or initialised in the
   worker, after its environment is in place. Dynamo's and inductor's configuration modules (preloaded
   with ``torch._dynamo``) read their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*``
-  variables at the server's start too: one of those set in the parent between two runs of one process
-  does not reach the second run's workers (the compile cache folder does: inductor reads it at each
-  access, and ``FASTSAC_COMPILE_CACHE=off`` is applied again in each worker by ``use_compile_cache``).
+  variables at the server's start too: one of those set in the parent after the server started (while
+  it prepares a run, or between two runs of one process) does not reach the workers (the compile
+  cache folder does: inductor reads it at each access, and ``FASTSAC_COMPILE_CACHE=off`` is applied
+  again in each worker by ``use_compile_cache``).
   Importing them touches no CUDA and starts no thread. (A main script that imports MuJoCo at its top is
   run again in each worker before the arguments are unpickled, as under spawn.)
 
@@ -55,6 +59,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -78,6 +83,8 @@ __all__ = [
     "WorkerExit",
     "fork_server_death",
     "run_in_environment",
+    "start_fork_server",
+    "stop_fork_server",
 ]
 
 _log = logging.getLogger(__name__)
@@ -91,6 +98,44 @@ PRELOAD = ("numpy", "torch", "torch._dynamo", "fastsac_async.worker_process")
 modules of the workers a :class:`Supervisor` is given. ``torch._dynamo`` because a learner's first
 optimizer imports it (torch.optim's dynamo guard), most of a learner's boot on a small machine: the
 server pays it once per parent process (wiki/benchmarks.md, "Process start and the test suite")."""
+
+
+def _server() -> Any:
+    """The fork server of this process, multiprocessing's (its pid and stop are private: typed as Any)."""
+    return multiprocessing.forkserver._forkserver
+
+
+def start_fork_server(preload: Sequence[str] = ()) -> bool:
+    """Start this process's fork server now, unless one runs (Note [fork server]).
+
+    It imports :data:`PRELOAD` and ``preload`` in its own process, so a caller that starts it early
+    (before it imports and sets up the rest of a run) has it ready by the first worker's start. Only the
+    first start's ``preload`` counts: a running server is kept as it is.
+
+    Returns:
+        Whether this call started it (False: one was running).
+    """
+    server = _server()
+    before = server._forkserver_pid
+    mp.get_context("forkserver").set_forkserver_preload(list(dict.fromkeys((*PRELOAD, *preload))))
+    with _environment(worker_environment(1)), stop_signals_blocked():
+        multiprocessing.forkserver.ensure_running()
+    return bool(server._forkserver_pid != before)
+
+
+def stop_fork_server() -> None:
+    """Stop this process's fork server at once, if it runs (one still importing does not hold it up).
+
+    For a server started early by :func:`start_fork_server` that no run will use; a server that has
+    forked workers takes them with it (Note [fork server]).
+    """
+    server = _server()
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # it blocks the stop signals, and closing its pipe waits for its imports
+    server._stop()  # closes the pipe, reaps it, removes its socket
 
 
 @dataclass(frozen=True)
@@ -130,7 +175,7 @@ def fork_server_death(wait_s: float = _SERVER_EXIT_WAIT_S) -> str | None:
     this waits up to ``wait_s`` for it. The server is not reaped here (``WNOWAIT``): multiprocessing
     reaps it, and starts a new one for the next run.
     """
-    pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    pid = _server()._forkserver_pid
     if pid is None:
         return None
     deadline = time.monotonic() + wait_s
@@ -199,7 +244,7 @@ class Supervisor:
     def __init__(self, run_dir: Path, preload: Sequence[str] = ()) -> None:
         self.run_dir = run_dir
         self._ctx = mp.get_context("forkserver")
-        self._preload = list(dict.fromkeys((*PRELOAD, *preload)))
+        self._preload = list(preload)
         self._procs: dict[str, BaseProcess] = {}
         self._reported: set[str] = set()
         self._shut_down = False
@@ -208,12 +253,6 @@ class Supervisor:
     def context(self) -> Any:
         """The multiprocessing context of the workers (for queues shared with them): ``forkserver``."""
         return self._ctx
-
-    def _ensure_server(self) -> None:
-        """Start the fork server, if this process has none yet (Note [fork server])."""
-        self._ctx.set_forkserver_preload(self._preload)
-        with _environment(worker_environment(1)), stop_signals_blocked():
-            multiprocessing.forkserver.ensure_running()
 
     @property
     def names(self) -> list[str]:
@@ -242,7 +281,7 @@ class Supervisor:
         # An earlier launch's error log (a resume into the same folder) would be read as this
         # worker's; its traceback is in the worker's log too, which is appended to.
         layout.error_log(name).unlink(missing_ok=True)
-        self._ensure_server()
+        start_fork_server(self._preload)
         proc = self._ctx.Process(
             target=run_in_environment,
             args=(ParentEnvironment(dict(os.environ)), target, full),
