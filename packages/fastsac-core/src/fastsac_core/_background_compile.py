@@ -30,7 +30,11 @@ and ``BackgroundCompile`` builds the compiled ones meanwhile:
    (``compiled update ready after X s; switched at update N``) and ``FastSACAgent.compiled`` turns True.
 4. A compile that fails leaves the eager steps in place: one warning naming the reason, and training
    goes on eagerly. ``close`` asks the thread to stop between its calls and joins it (bounded); the
-   thread is a daemon, so a compile that outlasts a short run does not hold the process at exit.
+   thread is a daemon, so a compile that outlasts a short run does not hold the process at exit. A
+   process that ends with the interpreter's finalization must not have it still compiling, though: a
+   daemon thread inside C++ then aborts the process ("terminate called ...", seen on CUDA). So only
+   worker processes, which end with ``os._exit``, compile in the background: the asynchronous learner
+   (which does not wait for the thread at its end), not the synchronous trainer.
 
 Several ranks compile up front (``ExecutionPolicy.choose``): their switch would have to happen at the
 same update on every rank (a lockstep decision) and their step graphs hold collectives that must be

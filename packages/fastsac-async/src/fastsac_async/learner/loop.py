@@ -366,4 +366,6 @@ def run_learner_loop(
                     return
                 profile = 0
     finally:
-        learner.agent.close()
+        # Not waited for: the process ends with os._exit (multiprocessing), which a daemon compile
+        # thread does not hold up, and a wait would spend the stop's grace (stop_grace_s, 5 s).
+        learner.agent.close(timeout_s=0.0)
