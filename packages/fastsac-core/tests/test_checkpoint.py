@@ -73,6 +73,22 @@ def test_resume_is_bit_identical(tmp_path: Path) -> None:
     assert agent.update_idx == resumed.update_idx == 21
 
 
+def test_an_agent_loaded_from_a_live_state_owns_its_optimizer_state() -> None:
+    """Loaded from another agent's live state_dict: training either leaves the other's moments as they were."""
+    torch.manual_seed(0)
+    source = _agent()
+    _feed(source, 10)
+    _train(source, 2)
+    loaded = _agent()
+    loaded.load_state_dict(source.state_dict())
+    before = [[t.clone() for t in s.values()] for o in loaded.model.optimizers for s in o.state.values()]
+    _train(source, 1)  # torch's Optimizer.load_state_dict would have kept these very tensors
+    after = [list(s.values()) for o in loaded.model.optimizers for s in o.state.values()]
+    assert len(before) == len(after) > 0
+    for a, b in zip(before, after, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
 def test_peek_and_atomic_write(tmp_path: Path) -> None:
     """peek_checkpoint reads counters and extra without an agent; no temporary file is left behind."""
     agent = _agent()

@@ -144,15 +144,21 @@ class SACModel:
                             tensor.zero_()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict``; the optimizers keep this model's ``fused`` and ``capturable``."""
+        """Restore ``state_dict``; the optimizers keep this model's ``fused`` and ``capturable``.
+
+        Nothing restored aliases ``state``: torch's ``Optimizer.load_state_dict`` keeps the given
+        tensors where their device and dtype already fit, so two models loaded from one dict (or from a
+        live model's ``state_dict()``) would step one another's moments and step counts; the optimizer
+        states are copied first.
+        """
         self.actor.load_state_dict(state["actor"])
         self.qf.load_state_dict(state["qf"])
         self.qf_target.load_state_dict(state["qf_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.actor_optimizer.load_state_dict(copy.deepcopy(state["actor_optimizer"]))
+        self.critic_optimizer.load_state_dict(copy.deepcopy(state["critic_optimizer"]))
+        self.alpha_optimizer.load_state_dict(copy.deepcopy(state["alpha_optimizer"]))
         for optimizer in self.optimizers:
             for group in optimizer.param_groups:  # a checkpoint carries its writer's settings
                 group["capturable"] = self._capturable
