@@ -74,7 +74,7 @@ def test_resume_is_bit_identical(tmp_path: Path) -> None:
 
 
 def test_an_agent_loaded_from_a_live_state_owns_its_optimizer_state() -> None:
-    """Loaded from another agent's live state_dict: training either leaves the other's moments as they were."""
+    """Loaded from another agent's live state_dict: the source's training leaves the loaded moments alone."""
     torch.manual_seed(0)
     source = _agent()
     _feed(source, 10)
