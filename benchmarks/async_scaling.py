@@ -144,12 +144,12 @@ def learner(task: str, seconds: float, device: str, extra: list[str], root: Path
             "in a run / alone": in_run / alone, "learn %": learn_pct}  # fmt: skip
 
 
-def inference_ms(task: str, device: str, batch: int, compile: bool = False) -> float:
+def inference_ms(task: str, device: str, batch: int, compiled: bool = False) -> float:
     """Ms per collector policy call for ``batch`` envs of ``task`` on ``device`` (``compile``: compiled)."""
     spec = TASKS[task]
     dims = probe_dims(spec.env_factory())
     cfg: FastSACConfig = spec.agent_config()
-    policy = InferencePolicy(dims, cfg, device=device, compile=compile, amp=device.startswith("cuda"))
+    policy = InferencePolicy(dims, cfg, device=device, compile=compiled, amp=device.startswith("cuda"))
     obs = torch.randn(batch, dims.obs_dim)
     for _ in range(3):
         policy(obs).cpu()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import re
 import subprocess
@@ -16,6 +15,8 @@ from types import ModuleType
 
 import pytest
 
+import fastsac_async
+from fastsac_async import PrestartedWorkers
 from fastsac_trainer import TrainerAppError, TrainResult, train
 from fastsac_trainer.api import hydra_value
 from fastsac_trainer.testing import TINY_RUN
@@ -31,8 +32,33 @@ def point_env(point_env_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     sys.modules.pop("point_env", None)
 
 
+class _RecordedServer(PrestartedWorkers):
+    """The trainer's early fork server, as the run treats it (none is started: the calls are recorded)."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.calls: list[str] = []
+
+    def hand_over(self) -> None:
+        self.calls.append("hand_over")
+        super().hand_over()
+
+    def cancel(self) -> None:
+        if "hand_over" not in self.calls:
+            self.calls.append("cancel")
+        super().cancel()
+
+
+def _recorded_server(monkeypatch: pytest.MonkeyPatch) -> _RecordedServer:
+    server = _RecordedServer()
+    monkeypatch.setattr(fastsac_async, "prestart_workers", lambda: server)
+    return server
+
+
 @pytest.mark.slow
-def test_train_with_the_env_class_passed_directly(tmp_path: Path, point_env: ModuleType) -> None:
+def test_train_with_the_env_class_passed_directly(
+    tmp_path: Path, point_env: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The class itself trains in real collector processes; the result has folder, checkpoint, metrics."""
     runs = tmp_path / "runs"
     result = train(
@@ -53,8 +79,10 @@ def test_train_with_the_env_class_passed_directly(tmp_path: Path, point_env: Mod
     assert "rollout/mean_return" in result.metrics and result.metrics["rollout/mean_return"] < 0
     assert (runs / "api" / "overrides.txt").read_text().count("task.env_factory='point_env:PointEnv'") == 1
 
+    server = _recorded_server(monkeypatch)
     again = train("gym", overrides=[f"resume={runs / 'api'}"])  # the saved overrides bring the env back
     assert again.stop_reason == "nothing_to_train" and again.last_checkpoint == result.last_checkpoint
+    assert server.calls == ["cancel"], "no engine runs: the early fork server is stopped"
 
 
 def _local_factory(num_envs: int, seed: int) -> object:
@@ -76,14 +104,15 @@ def _local_factory(num_envs: int, seed: int) -> object:
         ({"env_id": "Hopper-v5", "overrides": ["logger=tensorboard,bogus"]}, "logger="),
     ],
 )
-def test_mistakes_raise_the_command_lines_one_line_error(kwargs: dict[str, object], message: str) -> None:
+def test_mistakes_raise_the_command_lines_one_line_error(
+    kwargs: dict[str, object], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Invalid settings and factories raise TrainerAppError with one line; the early fork server stops."""
-    server = multiprocessing.forkserver._forkserver  # type: ignore[attr-defined]
-    before = server._forkserver_pid
+    server = _recorded_server(monkeypatch)
     with pytest.raises(TrainerAppError) as info:
         train("gym", **{"overrides": ["algo.trainer.device=cpu"], **kwargs})  # type: ignore[arg-type]
     assert message in str(info.value) and "\n" not in str(info.value)
-    assert server._forkserver_pid == before
+    assert server.calls in ([], ["cancel"]), "cancelled, or never started (refused before any run)"
 
 
 def test_module_level_functions_in_main_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -304,6 +304,20 @@ def test_collector_counts_default_to_auto_and_are_sized_to_this_machine() -> Non
     assert any(note.startswith("auto: ") and f"affinity {usable}" in note for note in run.notes), run.notes
 
 
+def test_a_synchronous_run_compiles_first_and_says_so() -> None:
+    """compile_in_background=true is turned off for the synchronous trainer, with a note; kept when async."""
+    flag = "algo.agent.compile_in_background=true"
+    sync = resolve_run(
+        _cfg("task=pendulum", "algo.trainer.asynchronous=false", flag), explicit=frozenset(), cuda_count=0
+    )
+    assert not sync.agent.compile_in_background and not sync.config["algo"]["agent"]["compile_in_background"]
+    assert "algo.agent.compile_in_background=true->false: a synchronous run compiles first" in sync.notes
+    run = resolve_run(
+        _cfg("task=pendulum", "algo.trainer.asynchronous=true", flag), explicit=frozenset(), cuda_count=0
+    )
+    assert run.agent.compile_in_background and not any("compile_in_background" in n for n in run.notes)
+
+
 def test_explicit_collector_counts_win_and_the_sync_trainer_needs_none() -> None:
     """A given num_collectors/cpus_per_collector is kept (no sizing note); sync: auto is 1, unpinned."""
     cfg = _cfg("task=pendulum", "algo.trainer.asynchronous=true", f"{OPTS}.num_collectors=2",

@@ -3,6 +3,8 @@ import multiprocessing as mp
 import multiprocessing.forkserver
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -205,24 +207,30 @@ def test_a_worker_forked_from_the_preloaded_server_starts_without_cuda_and_then_
 _EARLY_SERVER = """
 import multiprocessing.forkserver as forkserver
 from fastsac_async.parent.supervisor import start_fork_server, stop_fork_server
-assert start_fork_server(["fastsac_async.learner.process"])
-pid = forkserver._forkserver._forkserver_pid
-assert not start_fork_server(), "a running server is kept"
+pid = start_fork_server(["slow_to_import"])
+assert pid is not None and forkserver._forkserver._forkserver_pid == pid
+assert start_fork_server() is None, "a running server is kept"
+stop_fork_server(pid + 100_000)  # not this process's server: left alone
 assert forkserver._forkserver._forkserver_pid == pid
-stop_fork_server()  # while it imports torch
+stop_fork_server(pid)  # in the middle of its imports
 assert forkserver._forkserver._forkserver_pid is None
-stop_fork_server()  # none running: nothing to do
 print(pid)
 """
 
 
-def test_a_fork_server_started_early_stops_at_once_in_the_middle_of_its_imports() -> None:
+def test_a_fork_server_started_early_stops_at_once_in_the_middle_of_its_imports(tmp_path: Path) -> None:
     """start_fork_server starts one server (a second call keeps it); stop_fork_server ends it mid-import."""
-    import subprocess
-    import sys
-
+    # Its last preload sleeps 600 s: only a kill ends the server before that (closing its pipe would
+    # wait for the imports), and the script's bound is far shorter.
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(600)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
-        [sys.executable, "-c", _EARLY_SERVER], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", _EARLY_SERVER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert not pid_alive(int(done.stdout.split()[-1])), "the server was reaped"

@@ -232,11 +232,7 @@ def run_sync(
     Returns:
         Counters and the last checkpoint of the run.
     """
-    # Compiled before the first update, never in the background: this is the user's own process, which
-    # ends with the interpreter's finalization, and a compile thread still inside C++ then aborts it
-    # ("terminate called ...": seen on CUDA in runs shorter than the compile). Workers end with
-    # os._exit and are free of it (Note [Compile in the background]).
-    cfg, run = dataclasses.replace(plan.agent, compile_in_background=False), plan.run
+    cfg, run = plan.agent, plan.run  # never compiling in the background (config.resolve)
     _seed_everything(run.seed + 1000)
     buffer = ReplayBuffer.of(run.dims, cfg, plan.num_envs, device=plan.device)
     agent = FastSACAgent(run.dims, cfg, plan.device, buffer=buffer)

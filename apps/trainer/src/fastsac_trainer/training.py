@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fastsac_trainer.tensorboard import eval_scalars
 
 if TYPE_CHECKING:
+    from fastsac_async import PrestartedWorkers
     from fastsac_trainer.cluster import Cluster
 
 __all__ = ["RunOutcome", "train_run", "train_seeds"]
@@ -105,27 +106,25 @@ def train_run(overrides: list[str], outcome: RunOutcome | None = None) -> int:
 
 
 def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None) -> int:
-    from fastsac_async import cancel_prestart, prestart_workers
+    from fastsac_async import prestart_workers
 
     # The workers' fork server imports torch and the workers' modules while this process composes and
-    # prepares the run (torch, the env's spaces, the placement: seconds too); most runs are
-    # asynchronous. It is stopped again if the run is not, or fails before it is handed over.
-    prestarted = prestart_workers()
+    # prepares the run (the env's spaces, the placement: seconds too); most runs are asynchronous.
+    server = prestart_workers()
     try:
-        return _prepared_run(overrides, outcome, cluster, prestarted)
-    except BaseException:
-        cancel_prestart(prestarted)
-        raise
+        return _prepared_run(overrides, outcome, cluster, server)
+    finally:
+        server.cancel()  # no asynchronous run was handed it: refused, synchronous, nothing to train
 
 
 def _prepared_run(
-    overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None, prestarted: bool
+    overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None, server: PrestartedWorkers
 ) -> int:
     import functools
 
     from omegaconf import OmegaConf
 
-    from fastsac_async import RunLayout, cancel_prestart
+    from fastsac_async import RunLayout
     from fastsac_trainer.arguments import composed, one_launch_settings
     from fastsac_trainer.config.compose import explicit_keys
     from fastsac_trainer.config.memory import check_memory
@@ -140,7 +139,7 @@ def _prepared_run(
 
     run, resume_from, previous_run, cuda_count, settings = composed(overrides)
     if not run.asynchronous:
-        cancel_prestart(prestarted)
+        server.cancel()
     every = run.config["algo"]["trainer"]["eval_video_every"]
     rendering = None
     if every and run.evaluation is not None:
@@ -190,4 +189,5 @@ def _prepared_run(
     if resume_from is not None and resumed_at is not None:
         out.write(f"{resume_line(plan, resumed_at, one_launch_settings(overrides))}\n")
     out.flush()
+    server.hand_over()
     return run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)

@@ -33,8 +33,8 @@ from fastsac_async.learner.profiler import profile_iterations
 from fastsac_async.parent.engine import (
     EngineResult,
     EngineStats,
+    PrestartedWorkers,
     StopReason,
-    cancel_prestart,
     prestart_workers,
     run_engine,
 )
@@ -51,7 +51,7 @@ __all__ = [  # noqa: RUF022 - grouped by role
     "EngineSpec",
     "run_engine",
     "prestart_workers",
-    "cancel_prestart",
+    "PrestartedWorkers",
     "EngineResult",
     "StopReason",
     "profile_iterations",

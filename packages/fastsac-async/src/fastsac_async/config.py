@@ -91,9 +91,9 @@ class AsyncOptions:
     collector_inference_device: str = "auto"
     """cpu, cuda, cuda:N, or auto (the owner learner's device)."""
     collector_compile: bool = False
-    """Compile the fixed-batch collector policy (CUDA inference only). Off: the compile held every
-    collector's start for 6-14 s (every new task compiles anew), for a policy call that is a small part
-    of a collector's step either way (wiki/benchmarks.md, Collector inference)."""
+    """Compile the fixed-batch collector policy (CUDA inference only). Off by default: the compile holds
+    every collector's start for seconds, for a small part of its step (wiki/benchmarks.md, Collector
+    inference)."""
     collector_amp: bool = True
     """Autocast collector inference (CUDA inference only)."""
     transition_ipc: Switch = "auto"

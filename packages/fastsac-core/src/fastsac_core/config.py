@@ -180,10 +180,9 @@ class FastSACConfig:
     compiled steps (and their CUDA graphs) are built in a background thread, then switch to them
     between two updates (Note [Compile in the background]). Off: the first update waits for the
     compile. Several ranks, fp16 loss scaling and ``cudagraph_scope=regions`` always compile first.
-    Off by default: on the GPU host it gave Humanoid its first update at 21 s instead of 54 s after
-    launch, but the eager updates ran at about 120/s and the compile, sharing the learner's CPUs with
-    them, ended 20 s later than a compile first (74 s against 54 s), so the returns came later
-    (training return 5,000 at 147 s against 118 s; wiki/benchmarks.md)."""
+    Only in a process that ends with ``os._exit`` (a worker: the asynchronous learner). Off by default:
+    the first update comes far earlier, the returns later (wiki/benchmarks.md, "Compile in the
+    background")."""
     cudagraphs: bool = True
     """Replay the update steps as CUDA graphs on CUDA (no fp16 loss scaling; one rank, or several
     with ``capture_all_reduce``), as ``cudagraph_scope`` says."""

@@ -283,6 +283,11 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
     if fitted:
         notes.append(fitted)
     check_counts_of(cfg)  # the sized counts keep the rules the given ones were checked against
+    if not trainer["asynchronous"] and cfg["algo"]["agent"]["compile_in_background"]:
+        # Only a worker process, which ends with os._exit, may leave a compile thread running at its
+        # end (Note [Compile in the background]); the synchronous trainer is the user's own process.
+        cfg["algo"]["agent"]["compile_in_background"] = False
+        notes.append("algo.agent.compile_in_background=true->false: a synchronous run compiles first")
     agent = agent_config(cfg["algo"]["agent"], num_envs=cfg["task"]["num_envs"])
     factory, dims = _probe(cfg["task"])
     options = async_options(trainer["async_options"])

@@ -353,11 +353,17 @@ class Learner:
 
 
 def run_learner_loop(
-    learner: Learner, *, profile: int = 0, after_updates: int = PROFILE_AFTER_UPDATES, name: str = "learner"
+    learner: Learner,
+    *,
+    profile: int = 0,
+    after_updates: int = PROFILE_AFTER_UPDATES,
+    name: str = "learner",
+    compile_wait_s: float = 5.0,
 ) -> None:
     """Run ``learner`` until it stops; profile ``profile`` iterations (0: none) after ``after_updates``.
 
-    A background compile still running at the end is stopped (Note [Compile in the background]).
+    A background compile still running at the end is asked to stop and waited for up to
+    ``compile_wait_s`` (Note [Compile in the background]).
     """
     try:
         while learner.run_iteration():
@@ -366,6 +372,4 @@ def run_learner_loop(
                     return
                 profile = 0
     finally:
-        # Not waited for: the process ends with os._exit (multiprocessing), which a daemon compile
-        # thread does not hold up, and a wait would spend the stop's grace (stop_grace_s, 5 s).
-        learner.agent.close(timeout_s=0.0)
+        learner.agent.close(timeout_s=compile_wait_s)

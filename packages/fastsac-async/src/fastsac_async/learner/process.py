@@ -144,7 +144,9 @@ def run_learner(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
             )
             boot.mark("released (every worker ready)")
-            run_learner_loop(learner, profile=profile_iterations(), name=name)
+            # A compile thread is not waited for: this process ends with os._exit, which it does not
+            # hold up, and a wait would spend the stop's grace (stop_grace_s).
+            run_learner_loop(learner, profile=profile_iterations(), name=name, compile_wait_s=0.0)
             # Note [a stop waits for the replay write]: until done, the parent's abort waits.
             control.hold_stop(rank, time.monotonic() + write_bound_s(agent.buffer))
             final = learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)

@@ -57,8 +57,8 @@ __all__ = [
     "AsyncEngine",
     "EngineResult",
     "EngineStats",
+    "PrestartedWorkers",
     "StopReason",
-    "cancel_prestart",
     "prestart_workers",
     "run_engine",
 ]
@@ -69,23 +69,43 @@ _WORKER_MODULES = tuple(f.__module__ for f in (run_learner, run_collector, run_e
 """The modules of the workers' entry points, which the fork server imports (Note [fork server])."""
 
 
-def prestart_workers() -> bool:
+class PrestartedWorkers:
+    """The workers' fork server, started before a run is prepared: :func:`prestart_workers`.
+
+    Either the run is handed it (:meth:`hand_over`, just before the engine starts) or it is stopped
+    (:meth:`cancel`): a server that no run will use must not outlive its purpose (Note [fork server]
+    in :mod:`fastsac_async.parent.supervisor`).
+
+    Args:
+        pid: The server this call started; None when one was running already (kept either way).
+    """
+
+    def __init__(self, pid: int | None) -> None:
+        self._pid = pid
+
+    def hand_over(self) -> None:
+        """The run starts now and uses the server: :meth:`cancel` does nothing from here on."""
+        self._pid = None
+
+    def cancel(self) -> None:
+        """Stop the server if this object started it and no run was handed it; idempotent, never raises."""
+        pid, self._pid = self._pid, None
+        if pid is None:
+            return
+        try:
+            stop_fork_server(pid)
+        except Exception:  # the run's own error or exit matters more than a stray server's
+            _log.warning("could not stop the workers' fork server (pid %d)", pid, exc_info=True)
+
+
+def prestart_workers() -> PrestartedWorkers:
     """Start the workers' fork server now, so that its imports overlap the caller's own set-up of a run.
 
     The first run's workers then fork from a server that is ready, or nearly (Note [fork server] in
-    :mod:`fastsac_async.parent.supervisor`). A caller that ends up running no asynchronous run calls
-    :func:`cancel_prestart` with the result.
-
-    Returns:
-        Whether this call started the server (False: one was running already, and is kept).
+    :mod:`fastsac_async.parent.supervisor`). The caller hands the result over to the run it starts,
+    or cancels it.
     """
-    return start_fork_server(_WORKER_MODULES)
-
-
-def cancel_prestart(started: bool) -> None:
-    """Stop the fork server that :func:`prestart_workers` started (``started``), before any worker used it."""
-    if started:
-        stop_fork_server()
+    return PrestartedWorkers(start_fork_server(_WORKER_MODULES))
 
 
 class AsyncEngine:

@@ -12,13 +12,15 @@ started with multiprocessing's ``forkserver`` method instead: the first start la
 process (a fresh interpreter, like a spawned child) that imports :data:`PRELOAD` and the entry modules
 of the workers, and every worker is then a fork of that server. A caller may start it before it
 prepares a run (:func:`start_fork_server`; the trainer does, before it composes its config), so that
-the server's imports overlap the caller's own, and stop it again (:func:`stop_fork_server`) when no
-run will use it. The server never touches CUDA (nothing
+the server's imports overlap the caller's own, and must stop it again (:func:`stop_fork_server`) when
+no run will use it: a server still importing notices its parent's end only once its imports are done,
+and holds the parent's stdout and stderr open until then. The server never touches CUDA (nothing
 it imports does at import time), so each worker initialises CUDA itself, as a spawned one would. The
 parent is never forked: its threads, its CUDA context and its open files stay its own. The server lives
-as long as the parent (it exits when the parent's end of its pipe closes, a crash included), and later
-runs of the same parent reuse it. What a spawned child used to inherit from the parent at its start, a
-forked one inherits from the server instead, so:
+as long as the parent (it exits when the parent's end of its pipe closes, a crash included; once its
+imports are done, if the parent ends before that), and later runs of the same parent reuse it. What a
+spawned child used to inherit from the parent at its start, a forked one inherits from the server
+instead, so:
 * the server is started with :func:`~fastsac_async.worker_process.worker_environment` (one thread:
   the OpenMP and BLAS libraries read their variables when torch loads them) and with the stop signals
   blocked (Note [worker signals]); each worker then sets its own thread count and variables;
@@ -105,7 +107,7 @@ def _server() -> Any:
     return multiprocessing.forkserver._forkserver
 
 
-def start_fork_server(preload: Sequence[str] = ()) -> bool:
+def start_fork_server(preload: Sequence[str] = ()) -> int | None:
     """Start this process's fork server now, unless one runs (Note [fork server]).
 
     It imports :data:`PRELOAD` and ``preload`` in its own process, so a caller that starts it early
@@ -113,29 +115,35 @@ def start_fork_server(preload: Sequence[str] = ()) -> bool:
     first start's ``preload`` counts: a running server is kept as it is.
 
     Returns:
-        Whether this call started it (False: one was running).
+        The pid of the server this call started; None when one was running.
     """
     server = _server()
     before = server._forkserver_pid
     mp.get_context("forkserver").set_forkserver_preload(list(dict.fromkeys((*PRELOAD, *preload))))
     with _environment(worker_environment(1)), stop_signals_blocked():
         multiprocessing.forkserver.ensure_running()
-    return bool(server._forkserver_pid != before)
+    pid = server._forkserver_pid
+    return None if pid == before else int(pid)
 
 
-def stop_fork_server() -> None:
-    """Stop this process's fork server at once, if it runs (one still importing does not hold it up).
+def stop_fork_server(pid: int) -> None:
+    """Stop this process's fork server at once if it is still the one of ``pid``, even mid-import.
 
-    For a server started early by :func:`start_fork_server` that no run will use; a server that has
-    forked workers takes them with it (Note [fork server]).
+    It is killed, then multiprocessing's own stop reaps it. For a server started early by
+    :func:`start_fork_server` that no run will use; a server that has forked workers takes them with
+    it (Note [fork server]). A Ctrl+C meanwhile waits for the end, so multiprocessing's record of its
+    server is never left half cleared.
     """
     server = _server()
-    pid = server._forkserver_pid
-    if pid is None:
+    if server._forkserver_pid != pid:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)  # it blocks the stop signals, and closing its pipe waits for its imports
-    server._stop()  # closes the pipe, reaps it, removes its socket
+    with stop_signals_blocked():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # it blocks the stop signals; closing its pipe waits for its imports
+        try:
+            server._stop()  # closes the pipe, reaps it, removes its socket
+        except OSError:  # reaped or removed elsewhere: clear the record, so the next start starts afresh
+            server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
 
 
 @dataclass(frozen=True)
