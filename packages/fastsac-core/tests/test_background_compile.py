@@ -103,16 +103,51 @@ def test_only_one_cuda_rank_with_compiled_whole_steps_compiles_in_the_background
         replace(ExecutionPolicy.choose(cfg, cuda, 2), background=True)
 
 
+def test_the_interim_steps_are_eager_and_keep_whole_step_graphs() -> None:
+    """interim(): no compile; whole-step graphs stay (captured beside the compile), region graphs go."""
+    cfg, cuda = tiny_config(compile=True, compile_in_background=True), torch.device("cuda")
+    step = ExecutionPolicy.choose(cfg, cuda, 1).interim()
+    assert (step.compile_steps, step.compile_prepare, step.background) == (False, False, False)
+    assert step.graphs == "step" and step.capture_beside_compile
+    regions = replace(ExecutionPolicy.choose(replace(cfg, cudagraph_scope="regions"), cuda, 1)).interim()
+    assert regions.graphs == "none" and not regions.capture_beside_compile
+    assert not ExecutionPolicy.choose(cfg, cuda, 1).capture_beside_compile
+
+
+def test_the_compile_thread_builds_inside_the_context_its_owner_gives() -> None:
+    """compile_context is entered on the compile thread around the whole build, and left after it."""
+    import contextlib
+    import threading
+
+    events: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def recording() -> Iterator[None]:
+        events.append(("enter", threading.current_thread().name))
+        yield
+        events.append(("exit", threading.current_thread().name))
+
+    agent = make_agent(
+        TINY_DIMS, tiny_config(), num_envs=4, execution=_cpu_policy(True), compile_context=recording
+    )
+    assert agent._background is not None and agent._background.wait(WAIT_S)
+    assert agent._background.steps is not None, agent._background.error
+    assert events == [("enter", "background-compile"), ("exit", "background-compile")]
+
+
 @pytest.mark.gpu
 def test_switch_to_background_compiled_step_graphs_matches_on_cuda() -> None:
-    """On CUDA (inductor, step graphs): eager, then the switch; the same weights as compiled throughout."""
+    """On CUDA (inductor, step graphs): captured eager steps, then the switch; compiled weights."""
     cfg = tiny_config(compile=True, cudagraphs=True, cudagraph_scope="step", amp=False)
     torch.manual_seed(0)
     compiled = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
     torch.manual_seed(0)
     switching = make_agent(TINY_DIMS, replace(cfg, compile_in_background=True), "cuda", num_envs=4)
     assert switching.execution.background and switching.execution.graphs == "step"
+    interim = switching.steps.critic
+    assert isinstance(interim, StepGraph) and interim._capture_error_mode == "thread_local"
     _switch_matches_compiled(compiled, switching, "cuda")
+    assert interim.captured  # captured while the compile thread ran (it takes seconds; 8 calls do not)
     assert isinstance(switching.steps.critic, StepGraph) and switching.steps.critic.captured
     assert isinstance(switching.steps.actor, StepGraph) and switching.steps.actor.captured
 

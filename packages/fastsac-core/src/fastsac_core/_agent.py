@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
@@ -85,6 +86,8 @@ class FastSACAgent:
         world_size: Learner ranks (gradients are averaged over them).
         process_group: torch.distributed group of the learners (default group when ``None``).
         execution: How the steps run; None: ``ExecutionPolicy.choose(cfg, device, world_size)``.
+        compile_context: Makes the context a background compile builds in (Note [Compile in the
+            background]); None: none.
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class FastSACAgent:
         world_size: int = 1,
         process_group: ProcessGroup | None = None,
         execution: ExecutionPolicy | None = None,
+        compile_context: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self.dims, self.cfg = dims, cfg
         self.device = torch.device(device)
@@ -128,8 +132,8 @@ class FastSACAgent:
 
         e = self.execution
         self.precision = Precision(e.amp_dtype, loss_scaling=e.loss_scaling, cache_casts=not step_graphs)
-        # With a background compile: eager steps until it switches (Note [Compile in the background]).
-        first = e.eager() if e.background else e
+        # With a background compile: the interim steps until it switches (Note [Compile in the background]).
+        first = e.interim() if e.background else e
         self.steps = UpdateSteps(self.model, cfg, self.precision, first, self.device, process_group)
         self._accumulate_fn, self._normalize_fn = self._preparation(first.compile_prepare)
         zero = torch.zeros((), device=self.device)
@@ -138,7 +142,7 @@ class FastSACAgent:
         self.compiled_at: int | None = 0 if e.compile_steps and not e.background else None
         """The update the compiled steps took over at (0: from the start); None while the steps are eager
         (a background compile still running or failed, or a policy without ``compile_steps``)."""
-        self._background = BackgroundCompile(self, cfg.num_updates) if e.background else None
+        self._background = BackgroundCompile(self, cfg.num_updates, compile_context) if e.background else None
 
     @property
     def compiled(self) -> bool:
@@ -164,7 +168,7 @@ class FastSACAgent:
     def _maybe_switch(self) -> None:
         """At an update boundary: switch to the background compile's steps once they are built.
 
-        A failed build is said once (one warning) and the eager steps stay (Note [Compile in the
+        A failed build is said once (one warning) and the interim steps stay (Note [Compile in the
         background]).
         """
         build = self._background

@@ -4,8 +4,12 @@
 
 Compiling the update steps (dynamo, AOT autograd, inductor's kernels) takes most of a cold start:
 tens of seconds before the first update. With ``ExecutionPolicy.background`` the agent instead
-trains at once with the eager steps (``policy.eager()``: the same math, no compile, no CUDA graphs)
-and ``BackgroundCompile`` builds the compiled ones meanwhile:
+trains at once with the interim steps (``policy.interim()``: the same math, eager, no compile; with
+``graphs="step"`` each eager step is captured whole as a ``StepGraph``, in ``thread_local`` capture
+mode so that the compile thread's allocations and synchronisations do not break the capture) and
+``BackgroundCompile`` builds the compiled ones meanwhile, in the context its owner gives (the
+asynchronous learner lends it its collectors' CPUs: Note [compile on borrowed CPUs] in
+``fastsac_async.learner.cpu_loan``):
 
 1. On the agent's thread, at its construction: a deep copy of the model (networks, ``log_alpha``,
    optimizers: same shapes, dtypes, device, ``capturable`` and ``fused``), of the normalizers, and a
@@ -28,7 +32,7 @@ and ``BackgroundCompile`` builds the compiled ones meanwhile:
    the kernels come from the warm cache). With ``graphs="step"`` the steps are ``StepGraph``s that warm
    up and capture at their next calls, on the agent's thread, as at any start. The switch is logged
    (``compiled update ready after X s; switched at update N``) and ``FastSACAgent.compiled`` turns True.
-4. A compile that fails leaves the eager steps in place: one warning naming the reason, and training
+4. A compile that fails leaves the interim steps in place: one warning naming the reason, and training
    goes on eagerly. ``close`` asks the thread to stop between its calls and joins it (bounded); the
    thread is a daemon, so a compile that outlasts a short run does not hold the process at exit. A
    process that ends with the interpreter's finalization must not have it still compiling, though: a
@@ -53,6 +57,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -125,9 +130,17 @@ class BackgroundCompile:
     Args:
         agent: The agent (training eagerly meanwhile); read here, on its thread, and never again.
         updates: Updates per ``update`` call the preparation is compiled for (the usual chunk).
+        context: Makes the context the thread builds in (None: none); the asynchronous learner lends
+            the thread its collectors' CPUs with it.
     """
 
-    def __init__(self, agent: FastSACAgent, updates: int) -> None:
+    def __init__(
+        self,
+        agent: FastSACAgent,
+        updates: int,
+        context: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None:
+        self._context = context or contextlib.nullcontext
         self.policy = agent.execution
         self.started = time.perf_counter()
         self.seconds = 0.0
@@ -183,7 +196,7 @@ class BackgroundCompile:
         try:
             if self._device.type == "cuda":
                 give_thread_cudagraph_state()
-            with self._stream():
+            with self._context(), self._stream():
                 self._build()
         except BaseException as exc:  # reported by the agent on its own thread
             self.error = exc

@@ -57,11 +57,16 @@ class ExecutionPolicy:
     loss_scaling: bool
     """fp16 loss scaling through a GradScaler (needs ``in_halves``)."""
     background: bool = False
-    """Start with the eager steps and build the compiled ones in a background thread, switching at an
-    update boundary once they are ready (Note [Compile in the background]); needs ``compile_steps``,
-    whole steps (one rank, no loss scaling) and no ``regions`` graphs."""
+    """Start with the interim steps (``interim``) and build the compiled ones in a background thread,
+    switching at an update boundary once they are ready (Note [Compile in the background]); needs
+    ``compile_steps``, whole steps (one rank, no loss scaling) and no ``regions`` graphs."""
     backend: str | Callable[..., Any] = "inductor"
     """torch.compile's backend for the steps and the batch preparation (tests use lighter ones)."""
+    capture_beside_compile: bool = False
+    """Whole-step graphs are captured while another thread of the process compiles (the interim steps
+    of a background compile): captures then forbid unsafe CUDA calls in their own thread only
+    (``capture_error_mode="thread_local"``), where a global capture would fail at the compile
+    thread's first allocation or synchronisation."""
 
     def __post_init__(self) -> None:
         if self.graphs == "regions" and (self.in_halves or not self.compile_steps):
@@ -78,12 +83,22 @@ class ExecutionPolicy:
                 "use background=False"
             )
 
-    def eager(self) -> ExecutionPolicy:
-        """This policy with eager steps and preparation and no CUDA graphs.
+    def interim(self) -> ExecutionPolicy:
+        """The steps a background compile trains with until its compiled ones are ready.
 
-        A background compile trains with it until its compiled steps are ready.
+        Eager steps and preparation (no compile); whole-step graphs stay, each captured around the eager
+        step beside the compile thread (2.5 times the uncaptured eager step's updates per second on the
+        GPU host: ``wiki/benchmarks.md``, "Learner"). Region graphs need a compile, so they go.
         """
-        return replace(self, compile_steps=False, compile_prepare=False, graphs="none", background=False)
+        step = self.graphs == "step"
+        return replace(
+            self,
+            compile_steps=False,
+            compile_prepare=False,
+            graphs="step" if step else "none",
+            background=False,
+            capture_beside_compile=step,
+        )
 
     @classmethod
     def choose(cls, cfg: FastSACConfig, device: torch.device, world_size: int) -> ExecutionPolicy:

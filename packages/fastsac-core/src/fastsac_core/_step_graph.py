@@ -37,6 +37,7 @@ the next replay.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -44,6 +45,11 @@ from torch import Tensor
 from ._batch import distinct_tensors
 
 __all__ = ["StepGraph"]
+
+CaptureErrorMode = Literal["global", "thread_local"]
+"""Which threads may not make unsafe CUDA calls during a capture: any (``global``, the default), or only
+the capturing one (``thread_local``: another thread compiles meanwhile, Note [Compile in the
+background])."""
 
 Arg = Tensor | tuple[Tensor, ...]
 """A step argument: a tensor, or a named tuple of tensors (``Batch``)."""
@@ -79,10 +85,17 @@ class StepGraph:
             tensors; no host synchronisation inside.
         device: The CUDA device it runs on.
         warmup: Normal calls before the capture (at least 2).
+        capture_error_mode: ``thread_local`` when another thread of the process may make CUDA calls
+            during a capture (a background compile); ``global`` otherwise.
     """
 
     def __init__(
-        self, fn: Callable[..., tuple[Tensor, ...]], device: torch.device, *, warmup: int = 3
+        self,
+        fn: Callable[..., tuple[Tensor, ...]],
+        device: torch.device,
+        *,
+        warmup: int = 3,
+        capture_error_mode: CaptureErrorMode = "global",
     ) -> None:
         if device.type != "cuda":
             raise ValueError(f"StepGraph needs a CUDA device, got {device}; run the step directly on CPU")
@@ -98,6 +111,7 @@ class StepGraph:
         self._static_out: tuple[Tensor, ...] = ()
         self._signature: tuple[object, ...] = ()
         self._side: torch.cuda.Stream | None = None
+        self._capture_error_mode: CaptureErrorMode = capture_error_mode
 
     @property
     def captured(self) -> bool:
@@ -164,7 +178,9 @@ class StepGraph:
         # torch.cuda.graph synchronises the current device and captures on the stream it is given
         # (the warm-up's, on the step's device); nothing it records runs until the replay.
         try:
-            with torch.cuda.graph(graph, stream=self._side_stream()):
+            with torch.cuda.graph(
+                graph, stream=self._side_stream(), capture_error_mode=self._capture_error_mode
+            ):
                 self._static_out = tuple(self._fn(*static_args))
         except Exception as exc:
             self.reset()

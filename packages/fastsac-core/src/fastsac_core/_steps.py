@@ -95,7 +95,9 @@ class UpdateSteps:
         """The critic and actor steps as compiled, before a ``StepGraph`` wraps them (a background
         compile runs these on a scratch copy; Note [Compile in the background])."""
         if policy.graphs == "step":
-            critic, actor = StepGraph(critic, device), StepGraph(actor, device)
+            mode = "thread_local" if policy.capture_beside_compile else "global"
+            critic = StepGraph(critic, device, capture_error_mode=mode)
+            actor = StepGraph(actor, device, capture_error_mode=mode)
         self.critic: Callable[..., Any] = critic
         """``(minibatch, next_noise) -> (qf_loss, alpha_loss, qf_max)``, as ``run`` calls it."""
         self.actor: Callable[..., Any] = actor

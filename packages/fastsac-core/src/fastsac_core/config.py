@@ -176,13 +176,13 @@ class FastSACConfig:
     ``cudagraph_scope=step`` still captures the eager step; for plain eager steps also set
     ``cudagraphs=False``."""
     compile_in_background: bool = False
-    """With ``compile`` on CUDA and one learner rank: update with the eager steps at once while the
-    compiled steps (and their CUDA graphs) are built in a background thread, then switch to them
-    between two updates (Note [Compile in the background]). Off: the first update waits for the
-    compile. Several ranks, fp16 loss scaling and ``cudagraph_scope=regions`` always compile first.
-    Only in a process that ends with ``os._exit`` (a worker: the asynchronous learner). Off by default:
-    the first update comes far earlier, the returns later (wiki/benchmarks.md, "Compile in the
-    background")."""
+    """With ``compile`` on CUDA and one learner rank: update with the eager steps (each captured whole
+    with ``cudagraph_scope=step``) at once while the compiled steps (and their CUDA graphs) are built
+    in a background thread, then switch to them between two updates (Note [Compile in the
+    background]). Off: the first update waits for the compile. Several ranks, fp16 loss scaling and
+    ``cudagraph_scope=regions`` always compile first. Only in a process that ends with ``os._exit`` (a
+    worker: the asynchronous learner). Off by default: the first update comes far earlier, the returns
+    later (wiki/benchmarks.md, "Compile in the background")."""
     cudagraphs: bool = True
     """Replay the update steps as CUDA graphs on CUDA (no fp16 loss scaling; one rank, or several
     with ``capture_all_reduce``), as ``cudagraph_scope`` says."""

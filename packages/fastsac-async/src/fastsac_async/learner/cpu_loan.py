@@ -17,10 +17,16 @@ every thread of the process is put back on the caller's own CPUs, so nothing bor
 keeps the collectors' CPUs. A cold compile of the Humanoid update on a learner's 2 CPUs takes
 nearly twice as long as on 16 (``wiki/benchmarks.md``, "Cold start").
 
-The window is the first chunk only. A step graph captured after a few warm-up calls (an actor
-updated every ``policy_frequency`` critic updates) may compile or capture a little in the next
-chunk, and a shorter remainder chunk recompiles its batch preparation: both serially, on the
-learner's own CPUs.
+With ``compile_in_background`` the learner trains from its first chunk, and the window is instead
+the compile thread's whole build (``FastSACAgent``'s ``compile_context``): the thread, its compile
+workers and the threads they start run on the wide set, the learner's own thread stays on its CPUs.
+The collectors then keep stepping, but strict back-pressure holds them to the interim steps' pace, so
+part of their CPUs' time is free.
+
+The window is the first chunk only (or the background build). A step graph captured after a few
+warm-up calls (an actor updated every ``policy_frequency`` critic updates) may compile or capture a
+little in the next chunk, and a shorter remainder chunk recompiles its batch preparation: both
+serially, on the learner's own CPUs.
 """
 
 from __future__ import annotations

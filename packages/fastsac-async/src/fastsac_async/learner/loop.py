@@ -200,8 +200,8 @@ class Learner:
     def _first_chunk(self, chunk: int) -> None:
         """The first update chunk, which compiles and captures: on lent CPUs, and say how long it took.
 
-        With a background compile it runs the eager steps: nothing to lend CPUs for (the compile runs
-        on the learner's own; Note [Compile in the background] in ``fastsac_core._background_compile``).
+        With a background compile it runs the interim steps, which compile nothing: the compile thread
+        borrows the CPUs instead (Note [compile on borrowed CPUs]).
         """
         started = time.perf_counter()
         lent = None if self.agent.execution.background else self.settings.compile_cpus

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import time
@@ -26,7 +27,7 @@ from fastsac_async.hosts import (
     learner_world,
 )
 from fastsac_async.learner.collective import Collective, SoloCollective, TorchCollective
-from fastsac_async.learner.cpu_loan import compile_cpus
+from fastsac_async.learner.cpu_loan import borrowed_cpus, compile_cpus
 from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
 from fastsac_async.learner.profiler import profile_iterations
@@ -171,7 +172,11 @@ def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAg
     """
     layout = spec.replay_layout(rank)
     buffer = ReplayBuffer.of(spec.run.dims, spec.agent, layout.num_envs, device=device, blocks=layout.blocks)
-    agent = FastSACAgent(spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec))
+    # A background compile builds on the collectors' CPUs too (Note [compile on borrowed CPUs]).
+    lend = functools.partial(borrowed_cpus, compile_cpus(spec, rank))
+    agent = FastSACAgent(
+        spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec), compile_context=lend
+    )
     if spec.run.resume_from is None:
         return agent, 0, 0, 0
     # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
