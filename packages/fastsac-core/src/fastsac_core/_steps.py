@@ -24,7 +24,7 @@ from ._execution import ExecutionPolicy
 from ._model import SACModel
 from ._precision import Precision
 from ._replay import Batch
-from ._step_graph import StepGraph
+from ._step_graph import CaptureErrorMode, StepGraph
 from .config import FastSACConfig
 
 __all__ = ["UpdateSteps", "quiet_compile_notices"]
@@ -95,9 +95,9 @@ class UpdateSteps:
         """The critic and actor steps as compiled, before a ``StepGraph`` wraps them (a background
         compile runs these on a scratch copy; Note [Compile in the background])."""
         if policy.graphs == "step":
-            mode = "thread_local" if policy.capture_beside_compile else "global"
-            critic = StepGraph(critic, device, capture_error_mode=mode)
-            actor = StepGraph(actor, device, capture_error_mode=mode)
+            capture: CaptureErrorMode = "thread_local" if policy.capture_beside_compile else "global"
+            critic = StepGraph(critic, device, capture_error_mode=capture)
+            actor = StepGraph(actor, device, capture_error_mode=capture)
         self.critic: Callable[..., Any] = critic
         """``(minibatch, next_noise) -> (qf_loss, alpha_loss, qf_max)``, as ``run`` calls it."""
         self.actor: Callable[..., Any] = actor
