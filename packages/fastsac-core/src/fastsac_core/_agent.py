@@ -28,6 +28,7 @@ from ._normalizer import EmpiricalNormalizer
 from ._precision import Precision
 from ._replay import Batch, ReplayBuffer
 from ._schema import policy_extras
+from ._step_graph import StepGraph
 from ._steps import UpdateSteps
 from .config import FastSACConfig, batch_per_env
 from .env import EnvDims
@@ -134,7 +135,9 @@ class FastSACAgent:
         self.precision = Precision(e.amp_dtype, loss_scaling=e.loss_scaling, cache_casts=not step_graphs)
         # With a background compile: the interim steps until it switches (Note [Compile in the background]).
         first = e.interim() if e.background else e
-        self.steps = UpdateSteps(self.model, cfg, self.precision, first, self.device, process_group)
+        self.steps = UpdateSteps(
+            self.model, cfg, self.precision, first, self.device, process_group, may_capture=self._may_capture
+        )
         self._accumulate_fn, self._normalize_fn = self._preparation(first.compile_prepare)
         zero = torch.zeros((), device=self.device)
         self.last_actor_metrics = (zero, zero.clone())
@@ -143,6 +146,23 @@ class FastSACAgent:
         """The update the compiled steps took over at (0: from the start); None while the steps are eager
         (a background compile still running or failed, or a policy without ``compile_steps``)."""
         self._background = BackgroundCompile(self, cfg.num_updates, compile_context) if e.background else None
+        self._maybe_start_compile()
+
+    def _may_capture(self) -> bool:
+        """Whether a step graph may capture now: not while the compile thread runs (its Note)."""
+        return self._background is None or not self._background.running
+
+    def _maybe_start_compile(self) -> None:
+        """Start the background compile once the interim steps hold no capture still to come.
+
+        A capture due later (new shapes, a state load) waits for the compile's end (``_may_capture``).
+        """
+        build = self._background
+        if build is None or build.started:
+            return
+        pending = [fn for fn in (self.steps.critic, self.steps.actor) if isinstance(fn, StepGraph)]
+        if all(fn.captured for fn in pending):
+            build.start()
 
     @property
     def compiled(self) -> bool:
@@ -288,6 +308,7 @@ class FastSACAgent:
                 torch.stack(m).mean() for m in zip(*actor_metrics, strict=True)
             )
         actor_loss, policy_entropy = self.last_actor_metrics
+        self._maybe_start_compile()
         return {
             "qf_loss": qf_loss.mean(),
             "actor_loss": actor_loss,

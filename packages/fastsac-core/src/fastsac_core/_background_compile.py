@@ -5,26 +5,32 @@
 Compiling the update steps (dynamo, AOT autograd, inductor's kernels) takes most of a cold start:
 tens of seconds before the first update. With ``ExecutionPolicy.background`` the agent instead
 trains at once with the interim steps (``policy.interim()``: the same math, eager, no compile; with
-``graphs="step"`` each eager step is captured whole as a ``StepGraph``, in ``thread_local`` capture
-mode so that the compile thread's allocations and synchronisations do not break the capture) and
-``BackgroundCompile`` builds the compiled ones meanwhile, in the context its owner gives (the
-asynchronous learner lends it its collectors' CPUs: Note [compile on borrowed CPUs] in
-``fastsac_async.learner.cpu_loan``):
+``graphs="step"`` each eager step is captured whole as a ``StepGraph``) and ``BackgroundCompile``
+builds the compiled ones meanwhile, in the context its owner gives (the asynchronous learner lends it
+its collectors' CPUs: Note [compile on borrowed CPUs] in ``fastsac_async.learner.cpu_loan``).
 
-1. On the agent's thread, at its construction: a deep copy of the model (networks, ``log_alpha``,
+A capture fails when another thread of the process synchronises the device during it, whatever the
+capture mode (on the GPU host, ``thread_local`` too: ``cudaErrorStreamCaptureInvalidated``), and a
+compile synchronises (inductor's benchmarks of kernel configs, the thread's own stream). So the two
+never overlap: the thread starts once the interim steps are captured (``FastSACAgent``, at the end of
+an update call; at once when they have no graphs), and a capture due while it runs (new shapes, a
+state load) waits for its end, the step running uncaptured meanwhile (``StepGraph``'s
+``may_capture``). Replays and the thread's work do overlap, as any two streams' work does.
+
+1. On the agent's thread, at the agent's construction: a deep copy of the model (networks, ``log_alpha``,
    optimizers: same shapes, dtypes, device, ``capturable`` and ``fused``), of the normalizers, and a
    synthetic batch from a private generator. Nothing draws from the global RNG, so the run's random
    stream is the same with or without the thread.
-2. On the thread: ``UpdateSteps`` of the full policy on the copy, whose compiled critic and actor
-   steps run a few times on the synthetic batch (a compiled function compiles at its first call,
-   which also executes it: so on the copy, never on the real state), and the compiled batch
-   preparation on the copied normalizers (for the same shapes, inductor's caches then hold its
-   kernels). On CUDA it runs on its own stream, synchronised before the thread says it is done, and
-   with inductor's per-thread CUDA graph state of its own (torch 2.11 asserts without it when dynamo
-   traces a fused optimizer step outside the importing thread: ``give_thread_cudagraph_state``).
-   CUDA graphs are not captured on the thread: a capture in progress forbids the other thread's
-   allocations and synchronisations (unless in thread-local mode), and torch.compile's region graphs
-   are bound to the thread that records them.
+2. On the thread, once started (``start``): ``UpdateSteps`` of the full policy on the copy, whose
+   compiled critic and actor steps run a few times on the synthetic batch (a compiled function compiles
+   at its first call, which also executes it: so on the copy, never on the real state), and the
+   compiled batch preparation on the copied normalizers (for the same shapes, inductor's caches then
+   hold its kernels). On CUDA it runs on its own stream, synchronised before the thread says it is
+   done, and with inductor's per-thread CUDA graph state of its own (torch 2.11 asserts without it when
+   dynamo traces a fused optimizer step outside the importing thread: ``give_thread_cudagraph_state``).
+   CUDA graphs are not captured on the thread: a capture in progress fails at the other thread's
+   synchronisations (above), and torch.compile's region graphs are bound to the thread that records
+   them.
 3. At the next update boundary after that (``FastSACAgent.update_on_batch``, on the agent's thread):
    the copy takes the real state in place (``SACModel.copy_from``: every tensor keeps its identity, so
    the compiled steps stay valid without a recompile), then becomes the agent's model, and its steps
@@ -142,7 +148,8 @@ class BackgroundCompile:
     ) -> None:
         self._context = context or contextlib.nullcontext
         self.policy = agent.execution
-        self.started = time.perf_counter()
+        self.started = 0.0
+        """When the thread started (``time.perf_counter``; 0: not yet)."""
         self.seconds = 0.0
         """How long the build took (set when it ends)."""
         self.error: BaseException | None = None
@@ -177,7 +184,17 @@ class BackgroundCompile:
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="background-compile", daemon=True)
-        self._thread.start()
+
+    def start(self) -> None:
+        """Start the thread (once; a closed build stays stopped)."""
+        if not self.started and not self._stop.is_set():
+            self.started = time.perf_counter()
+            self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread has started and not ended."""
+        return self._thread.is_alive() and not self._done.is_set()
 
     def done(self) -> bool:
         """Whether the thread has ended (built, failed or stopped)."""
@@ -188,9 +205,13 @@ class BackgroundCompile:
         return self._done.wait(timeout_s)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Ask the thread to stop after its current call and join it for at most ``timeout_s``."""
+        """Ask the thread to stop after its current call and join it for at most ``timeout_s``.
+
+        A thread not yet started never starts.
+        """
         self._stop.set()
-        self._thread.join(timeout_s)
+        if self.started:
+            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         try:

@@ -62,11 +62,6 @@ class ExecutionPolicy:
     ``compile_steps``, whole steps (one rank, no loss scaling) and no ``regions`` graphs."""
     backend: str | Callable[..., Any] = "inductor"
     """torch.compile's backend for the steps and the batch preparation (tests use lighter ones)."""
-    capture_beside_compile: bool = False
-    """Whole-step graphs are captured while another thread of the process compiles (the interim steps
-    of a background compile): captures then forbid unsafe CUDA calls in their own thread only
-    (``capture_error_mode="thread_local"``), where a global capture would fail at the compile
-    thread's first allocation or synchronisation."""
 
     def __post_init__(self) -> None:
         if self.graphs == "regions" and (self.in_halves or not self.compile_steps):
@@ -87,18 +82,11 @@ class ExecutionPolicy:
         """The steps a background compile trains with until its compiled ones are ready.
 
         Eager steps and preparation (no compile); whole-step graphs stay, each captured around the eager
-        step beside the compile thread (2.5 times the uncaptured eager step's updates per second on the
-        GPU host: ``wiki/benchmarks.md``, "Learner"). Region graphs need a compile, so they go.
+        step (2.2 times the uncaptured eager step's updates per second in the GPU host's learner
+        benchmark: ``wiki/benchmarks.md``, "Learner"). Region graphs need a compile, so they go.
         """
-        step = self.graphs == "step"
-        return replace(
-            self,
-            compile_steps=False,
-            compile_prepare=False,
-            graphs="step" if step else "none",
-            background=False,
-            capture_beside_compile=step,
-        )
+        graphs: Graphs = "step" if self.graphs == "step" else "none"
+        return replace(self, compile_steps=False, compile_prepare=False, graphs=graphs, background=False)
 
     @classmethod
     def choose(cls, cfg: FastSACConfig, device: torch.device, world_size: int) -> ExecutionPolicy:

@@ -37,7 +37,6 @@ the next replay.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import torch
 from torch import Tensor
@@ -45,11 +44,6 @@ from torch import Tensor
 from ._batch import distinct_tensors
 
 __all__ = ["StepGraph"]
-
-CaptureErrorMode = Literal["global", "thread_local"]
-"""Which threads may not make unsafe CUDA calls during a capture: any (``global``, the default), or only
-the capturing one (``thread_local``: another thread compiles meanwhile, Note [Compile in the
-background])."""
 
 Arg = Tensor | tuple[Tensor, ...]
 """A step argument: a tensor, or a named tuple of tensors (``Batch``)."""
@@ -85,8 +79,9 @@ class StepGraph:
             tensors; no host synchronisation inside.
         device: The CUDA device it runs on.
         warmup: Normal calls before the capture (at least 2).
-        capture_error_mode: ``thread_local`` when another thread of the process may make CUDA calls
-            during a capture (a background compile); ``global`` otherwise.
+        may_capture: Asked before a capture is due; while it says False, calls go on like warm-up
+            calls (a capture fails when another thread of the process synchronises the device during
+            it, as a background compile does: Note [Compile in the background]). None: always.
     """
 
     def __init__(
@@ -95,7 +90,7 @@ class StepGraph:
         device: torch.device,
         *,
         warmup: int = 3,
-        capture_error_mode: CaptureErrorMode = "global",
+        may_capture: Callable[[], bool] | None = None,
     ) -> None:
         if device.type != "cuda":
             raise ValueError(f"StepGraph needs a CUDA device, got {device}; run the step directly on CPU")
@@ -111,7 +106,7 @@ class StepGraph:
         self._static_out: tuple[Tensor, ...] = ()
         self._signature: tuple[object, ...] = ()
         self._side: torch.cuda.Stream | None = None
-        self._capture_error_mode: CaptureErrorMode = capture_error_mode
+        self._may_capture = may_capture
 
     @property
     def captured(self) -> bool:
@@ -146,7 +141,7 @@ class StepGraph:
             static.copy_(tensor, non_blocking=True)
         static_args = _rebuild(args, [self._static_in[k] for k in positions])
         if self._graph is None:
-            if self._calls < self._warmup:
+            if self._calls < self._warmup or (self._may_capture is not None and not self._may_capture()):
                 self._calls += 1
                 return self._on_side_stream(static_args)
             self._capture(static_args)
@@ -178,9 +173,7 @@ class StepGraph:
         # torch.cuda.graph synchronises the current device and captures on the stream it is given
         # (the warm-up's, on the step's device); nothing it records runs until the replay.
         try:
-            with torch.cuda.graph(
-                graph, stream=self._side_stream(), capture_error_mode=self._capture_error_mode
-            ):
+            with torch.cuda.graph(graph, stream=self._side_stream()):
                 self._static_out = tuple(self._fn(*static_args))
         except Exception as exc:
             self.reset()

@@ -24,7 +24,7 @@ from ._execution import ExecutionPolicy
 from ._model import SACModel
 from ._precision import Precision
 from ._replay import Batch
-from ._step_graph import CaptureErrorMode, StepGraph
+from ._step_graph import StepGraph
 from .config import FastSACConfig
 
 __all__ = ["UpdateSteps", "quiet_compile_notices"]
@@ -61,6 +61,7 @@ class UpdateSteps:
         policy: How the steps run.
         device: The learner device.
         process_group: Group whose ranks average gradients (``policy.in_halves``).
+        may_capture: With ``graphs="step"``: whether a due capture may happen now (``StepGraph``).
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class UpdateSteps:
         policy: ExecutionPolicy,
         device: torch.device,
         process_group: ProcessGroup | None,
+        may_capture: Callable[[], bool] | None = None,
     ) -> None:
         self.model, self.cfg, self.precision, self.policy = model, cfg, precision, policy
         self.process_group = process_group
@@ -95,9 +97,8 @@ class UpdateSteps:
         """The critic and actor steps as compiled, before a ``StepGraph`` wraps them (a background
         compile runs these on a scratch copy; Note [Compile in the background])."""
         if policy.graphs == "step":
-            capture: CaptureErrorMode = "thread_local" if policy.capture_beside_compile else "global"
-            critic = StepGraph(critic, device, capture_error_mode=capture)
-            actor = StepGraph(actor, device, capture_error_mode=capture)
+            critic = StepGraph(critic, device, may_capture=may_capture)
+            actor = StepGraph(actor, device, may_capture=may_capture)
         self.critic: Callable[..., Any] = critic
         """``(minibatch, next_noise) -> (qf_loss, alpha_loss, qf_max)``, as ``run`` calls it."""
         self.actor: Callable[..., Any] = actor
