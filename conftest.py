@@ -37,7 +37,7 @@ os.environ["SHMTX_PREFIX"] = SESSION_PREFIX
 # Session-long helpers that libraries start on first use, as children of the test process. Killing one
 # breaks every later use in the session: torch's shared-memory manager (started by the first CUDA-IPC
 # or file-descriptor share) hangs the next share when it is gone, and multiprocessing's fork server
-# (started by the first asynchronous run: Note [fork server] in fastsac_async.parent.supervisor) forks
+# (started by the first asynchronous run: Note [fork server] in fastsac_async.parent.fork_server) forks
 # the workers of every later run. The workers it forks are judged like any other child.
 _SESSION_DAEMONS = ("torch_shm_manager",)
 _SESSION_DAEMON_ARGS = (b"from multiprocessing.forkserver import main",)

@@ -206,7 +206,10 @@ def test_a_worker_forked_from_the_preloaded_server_starts_without_cuda_and_then_
 
 _EARLY_SERVER = """
 import multiprocessing.forkserver as forkserver
-from fastsac_async.parent.supervisor import start_fork_server, stop_fork_server
+import sys
+from fastsac_async import prestart_workers  # what the trainer calls first
+from fastsac_async.parent.fork_server import start_fork_server, stop_fork_server
+assert "torch" not in sys.modules, "starting the fork server imported torch in the parent"
 pid = start_fork_server(["slow_to_import"])
 assert pid is not None and forkserver._forkserver._forkserver_pid == pid
 assert start_fork_server() is None, "a running server is kept"
@@ -219,7 +222,7 @@ print(pid)
 
 
 def test_a_fork_server_started_early_stops_at_once_in_the_middle_of_its_imports(tmp_path: Path) -> None:
-    """start_fork_server starts one server (a second call keeps it); stop_fork_server ends it mid-import."""
+    """Starting imports no torch; one server (a second start keeps it); a stop ends it mid-import."""
     # Its last preload sleeps 600 s: only a kill ends the server before that (closing its pipe would
     # wait for the imports), and the script's bound is far shorter.
     (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(600)\n")
@@ -234,3 +237,25 @@ def test_a_fork_server_started_early_stops_at_once_in_the_middle_of_its_imports(
     )
     assert done.returncode == 0, done.stderr
     assert not pid_alive(int(done.stdout.split()[-1])), "the server was reaped"
+
+
+def test_the_fork_server_preloads_the_modules_of_the_workers_entry_points() -> None:
+    """WORKER_MODULES (torch-free, for the early start) names the modules of the workers' entry points."""
+    from fastsac_async.collector.process import run_collector
+    from fastsac_async.evaluator.process import run_evaluator
+    from fastsac_async.learner.process import run_learner
+    from fastsac_async.parent.fork_server import WORKER_MODULES
+
+    assert tuple(f.__module__ for f in (run_learner, run_collector, run_evaluator)) == WORKER_MODULES
+
+
+def test_every_exported_name_of_the_package_loads_from_its_home() -> None:
+    """fastsac_async's lazy exports: __all__ and the table of homes agree, and every name resolves."""
+    import fastsac_async
+
+    assert set(fastsac_async.__all__) == set(fastsac_async._HOME_OF)
+    for name in fastsac_async.__all__:
+        getattr(fastsac_async, name)  # AttributeError if its home lacks it
+        assert name in dir(fastsac_async)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        fastsac_async.nothing_here  # noqa: B018

@@ -1,7 +1,7 @@
 """Refuse a ``train()`` that the run's worker processes would run again: a call outside the main guard.
 
 The workers are started by multiprocessing's fork server (Note [fork server] in
-``fastsac_async.parent.supervisor``), which prepares each of them as ``spawn`` does: it imports the
+``fastsac_async.parent.fork_server``), which prepares each of them as ``spawn`` does: it imports the
 parent's main script again, as ``__mp_main__``, so that what the script defines can be unpickled
 there. A script that calls ``train()`` at its top level, outside ``if __name__ == "__main__":``,
 would start a run in every worker. :func:`check_main_guard` refuses that call in one line, in the

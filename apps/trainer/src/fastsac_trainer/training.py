@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastsac_trainer.tensorboard import eval_scalars
-
 if TYPE_CHECKING:
     from fastsac_async import PrestartedWorkers
     from fastsac_trainer.cluster import Cluster
@@ -51,12 +49,16 @@ class RunOutcome:
 
     def report(self, snapshot: Any) -> None:
         """Keep the snapshot's scalars (a :class:`~fastsac_trainer.reporting.Reporter`)."""
+        from fastsac_trainer.tensorboard import eval_scalars
+
         self.metrics = dict(snapshot.scalars)
         if snapshot.last_eval is not None:  # the latest evaluation, under its TensorBoard names
             self.metrics.update(eval_scalars(snapshot.last_eval))
 
     def evaluated(self, point: Any) -> None:
         """Keep the evaluation's scalars (it may come after the last snapshot)."""
+        from fastsac_trainer.tensorboard import eval_scalars
+
         self.metrics.update(eval_scalars(point))
 
     def checkpoint_saved(self, path: Path) -> None:
@@ -99,20 +101,17 @@ def train_run(overrides: list[str], outcome: RunOutcome | None = None) -> int:
 
     Under torchrun on several hosts, this host's part of one run (``fastsac_trainer.cluster``).
     """
-    from fastsac_trainer.cluster import join_cluster
+    from fastsac_async import prestart_workers  # imports no torch
 
-    with join_cluster() as cluster:
-        return _train(overrides, outcome, cluster)
-
-
-def _train(overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None) -> int:
-    from fastsac_async import prestart_workers
-
-    # The workers' fork server imports torch and the workers' modules while this process composes and
-    # prepares the run (the env's spaces, the placement: seconds too); most runs are asynchronous.
+    # First thing: the workers' fork server imports torch and the workers' modules while this process
+    # imports its own and composes and prepares the run (the env's spaces, the placement: seconds
+    # too); most runs are asynchronous (Note [fork server] in fastsac_async.parent.fork_server).
     server = prestart_workers()
     try:
-        return _prepared_run(overrides, outcome, cluster, server)
+        from fastsac_trainer.cluster import join_cluster
+
+        with join_cluster() as cluster:
+            return _prepared_run(overrides, outcome, cluster, server)
     finally:
         server.cancel()  # no asynchronous run was handed it: refused, synchronous, nothing to train
 

@@ -10,6 +10,9 @@ reports and find what it wrote. One submodule is public too: ``fastsac_async.tes
 CPU topologies and the worker bodies the fault tests use; other packages' tests use it). Everything
 else is the engine's inside, importable by path for tests and benchmarks but free to change.
 
+Each name loads its module on first use (``__getattr__``): ``prestart_workers`` imports no torch, so
+the trainer starts the workers' fork server before it imports torch itself (Note [fork server]).
+
 Folders by role: ``collector/``, ``learner/`` and ``evaluator/`` (each a loop drivable in-process
 and its process entry point), ``parent/`` (engine, monitor, supervisor, janitor); at the top the
 records every side shares (``config``, ``eval_settings``, ``spec``, ``control``, ``stats``,
@@ -18,31 +21,29 @@ records every side shares (``config``, ``eval_settings``, ``spec``, ``control``,
 hosts (``hosts``).
 """
 
-from fastsac_async.config import AsyncOptions
-from fastsac_async.eval_settings import ClipRecorder, EvalSettings
-from fastsac_async.evaluator.loop import EvalReport, Evaluator
-from fastsac_async.exceptions import (
-    AsyncConfigError,
-    AsyncEngineError,
-    BootTimeoutError,
-    RunAborted,
-    WorkerFailed,
-)
-from fastsac_async.hosts import HostGroup, learner_rank, open_store
-from fastsac_async.learner.profiler import profile_iterations
-from fastsac_async.parent.engine import (
-    EngineResult,
-    EngineStats,
-    PrestartedWorkers,
-    StopReason,
-    prestart_workers,
-    run_engine,
-)
-from fastsac_async.run_layout import RunLayout, checkpoint_step
-from fastsac_async.spec import EngineSpec, TrainingRun
-from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot
-from fastsac_async.transport import transition_ring_bytes
-from fastsac_async.worker_process import evaluator_name
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastsac_async.config import AsyncOptions
+    from fastsac_async.eval_settings import ClipRecorder, EvalSettings
+    from fastsac_async.evaluator.loop import EvalReport, Evaluator
+    from fastsac_async.exceptions import (
+        AsyncConfigError,
+        AsyncEngineError,
+        BootTimeoutError,
+        RunAborted,
+        WorkerFailed,
+    )
+    from fastsac_async.hosts import HostGroup, learner_rank, open_store
+    from fastsac_async.learner.profiler import profile_iterations
+    from fastsac_async.parent.engine import EngineResult, EngineStats, StopReason, run_engine
+    from fastsac_async.parent.fork_server import PrestartedWorkers, prestart_workers
+    from fastsac_async.run_layout import RunLayout, checkpoint_step
+    from fastsac_async.spec import EngineSpec, TrainingRun
+    from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot
+    from fastsac_async.transport import transition_ring_bytes
+    from fastsac_async.worker_process import evaluator_name
 
 __all__ = [  # noqa: RUF022 - grouped by role
     # Running the engine: the options, the run, the engine's record of both, and how it ended
@@ -81,3 +82,68 @@ __all__ = [  # noqa: RUF022 - grouped by role
     "RunAborted",
     "WorkerFailed",
 ]
+
+_HOMES = {  # the module that defines each exported name
+    "fastsac_async.config": ("AsyncOptions",),
+    "fastsac_async.eval_settings": (
+        "ClipRecorder",
+        "EvalSettings",
+    ),
+    "fastsac_async.evaluator.loop": (
+        "EvalReport",
+        "Evaluator",
+    ),
+    "fastsac_async.exceptions": (
+        "AsyncConfigError",
+        "AsyncEngineError",
+        "BootTimeoutError",
+        "RunAborted",
+        "WorkerFailed",
+    ),
+    "fastsac_async.hosts": (
+        "HostGroup",
+        "learner_rank",
+        "open_store",
+    ),
+    "fastsac_async.learner.profiler": ("profile_iterations",),
+    "fastsac_async.parent.engine": (
+        "EngineResult",
+        "EngineStats",
+        "StopReason",
+        "run_engine",
+    ),
+    "fastsac_async.parent.fork_server": (
+        "PrestartedWorkers",
+        "prestart_workers",
+    ),
+    "fastsac_async.run_layout": (
+        "RunLayout",
+        "checkpoint_step",
+    ),
+    "fastsac_async.spec": (
+        "EngineSpec",
+        "TrainingRun",
+    ),
+    "fastsac_async.stats": (
+        "CollectorSnapshot",
+        "CollectorSummary",
+        "LearnerSnapshot",
+    ),
+    "fastsac_async.transport": ("transition_ring_bytes",),
+    "fastsac_async.worker_process": ("evaluator_name",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name, loaded from its module at its first use."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later uses find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME_OF})

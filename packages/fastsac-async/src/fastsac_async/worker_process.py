@@ -4,7 +4,7 @@
 
 1. ties the worker's life to the run's parent: ``PR_SET_PDEATHSIG(SIGKILL)`` through ``prctl`` (the
    signal comes when the process that forked the worker dies: the fork server, which exits with the
-   parent; Note [fork server] in :mod:`fastsac_async.parent.supervisor`), then a check that the
+   parent; Note [fork server] in :mod:`fastsac_async.parent.fork_server`), then a check that the
    parent still lives (it may have died before the call; the signal would never come), then a daemon
    watchdog thread that polls both (covers non-Linux and a parent thread that exits while the
    process lives: PDEATHSIG follows the creating *thread*);
@@ -64,12 +64,15 @@ import torch
 from fastsac_async.control import Control
 from fastsac_async.parent.janitor import pid_alive
 from fastsac_async.run_layout import RunLayout
+from fastsac_async.worker_start import (
+    STACK_DUMP_SIGNAL,
+    STOP_SIGNALS,
+    worker_environment,
+)
 from numa_bind import bind_current_process
 from shm_transport import HandshakeAborted
 
 __all__ = [
-    "STACK_DUMP_SIGNAL",
-    "STOP_SIGNALS",
     "BootTimeline",
     "bind",
     "collector_name",
@@ -80,18 +83,12 @@ __all__ = [
     "recorded_exception",
     "reporting_failure",
     "seed",
-    "stop_signals_blocked",
     "worker_boot",
-    "worker_environment",
     "worker_process",
 ]
 
 _PR_SET_PDEATHSIG = 1
 
-STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
-"""Signals a worker ignores: the parent turns them into a stop (Note [worker signals])."""
-STACK_DUMP_SIGNAL = signal.SIGUSR2
-"""Makes a worker write every thread's stack to its log and carry on (Note [worker signals])."""
 _log = logging.getLogger(__name__)
 
 
@@ -108,24 +105,6 @@ def learner_name(rank: int) -> str:
 def evaluator_name() -> str:
     """Worker name of the evaluator."""
     return "evaluator"
-
-
-def worker_environment(threads: int) -> dict[str, str]:
-    """A worker's thread variables (OpenMP, BLAS, inductor's compile workers).
-
-    The fork server starts with them for one thread (the OpenMP and BLAS libraries read them when torch
-    loads them), and each worker sets its own (for what reads them later).
-    """
-    n = str(max(1, threads))
-    return {
-        "OMP_NUM_THREADS": n,
-        "MKL_NUM_THREADS": n,
-        "OPENBLAS_NUM_THREADS": n,
-        "OMP_WAIT_POLICY": "PASSIVE",
-        # Inductor's parallel compile workers are extra processes; keep compilation in-process (except
-        # a pinned GPU learner's first update chunk: Note [compile on borrowed CPUs]).
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-    }
 
 
 class BootTimeline:
@@ -165,22 +144,6 @@ def _die_with_parent(parent_pid: int) -> None:
                 os._exit(70)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-
-
-@contextlib.contextmanager
-def stop_signals_blocked() -> Iterator[None]:
-    """Block :data:`STOP_SIGNALS` and :data:`STACK_DUMP_SIGNAL` in this thread (start workers inside).
-
-    A child started inside inherits the mask, so none of them can kill it before
-    :func:`worker_process` ignores them (Note [worker signals]). One arriving meanwhile for this
-    process is delivered when the block ends.
-    """
-    blocked = {*STOP_SIGNALS, STACK_DUMP_SIGNAL}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _redirect_output(path: Path) -> None:

@@ -44,9 +44,10 @@ from fastsac_async.exceptions import RunAborted
 from fastsac_async.hosts import has_evaluator
 from fastsac_async.learner.process import run_learner
 from fastsac_async.learner.profiler import profile_iterations
+from fastsac_async.parent.fork_server import WORKER_MODULES
 from fastsac_async.parent.janitor import Janitor
 from fastsac_async.parent.monitor import EngineResult, EngineStats, RunWatch, StopReason
-from fastsac_async.parent.supervisor import Supervisor, start_fork_server, stop_fork_server
+from fastsac_async.parent.supervisor import Supervisor
 from fastsac_async.spec import EngineSpec, learner_threads
 from fastsac_async.transport import Segments, offer_transports
 from fastsac_async.worker_process import collector_name, evaluator_name, learner_name
@@ -57,55 +58,11 @@ __all__ = [
     "AsyncEngine",
     "EngineResult",
     "EngineStats",
-    "PrestartedWorkers",
     "StopReason",
-    "prestart_workers",
     "run_engine",
 ]
 
 _log = logging.getLogger(__name__)
-
-_WORKER_MODULES = tuple(f.__module__ for f in (run_learner, run_collector, run_evaluator))
-"""The modules of the workers' entry points, which the fork server imports (Note [fork server])."""
-
-
-class PrestartedWorkers:
-    """The workers' fork server, started before a run is prepared: :func:`prestart_workers`.
-
-    Either the run is handed it (:meth:`hand_over`, just before the engine starts) or it is stopped
-    (:meth:`cancel`): a server that no run will use must not outlive its purpose (Note [fork server]
-    in :mod:`fastsac_async.parent.supervisor`).
-
-    Args:
-        pid: The server this call started; None when one was running already (kept either way).
-    """
-
-    def __init__(self, pid: int | None) -> None:
-        self._pid = pid
-
-    def hand_over(self) -> None:
-        """The run starts now and uses the server: :meth:`cancel` does nothing from here on."""
-        self._pid = None
-
-    def cancel(self) -> None:
-        """Stop the server if this object started it and no run was handed it; idempotent, never raises."""
-        pid, self._pid = self._pid, None
-        if pid is None:
-            return
-        try:
-            stop_fork_server(pid)
-        except Exception:  # the run's own error or exit matters more than a stray server's
-            _log.warning("could not stop the workers' fork server (pid %d)", pid, exc_info=True)
-
-
-def prestart_workers() -> PrestartedWorkers:
-    """Start the workers' fork server now, so that its imports overlap the caller's own set-up of a run.
-
-    The first run's workers then fork from a server that is ready, or nearly (Note [fork server] in
-    :mod:`fastsac_async.parent.supervisor`). The caller hands the result over to the run it starts,
-    or cancels it.
-    """
-    return PrestartedWorkers(start_fork_server(_WORKER_MODULES))
 
 
 class AsyncEngine:
@@ -155,7 +112,7 @@ class AsyncEngine:
                 cleaned up).
         """
         spec = self.spec
-        sup = Supervisor(spec.run.run_dir, preload=_WORKER_MODULES)
+        sup = Supervisor(spec.run.run_dir, preload=WORKER_MODULES)
         ctx = sup.context
         control = Control(spec.num_collectors, spec.num_learners)
 

@@ -1,50 +1,9 @@
 """The parent's side of worker supervision: spawn, monitor, and a bounded, idempotent shutdown.
 
 Workers start as daemonic processes with keyword arguments only, forked by a fork server that has
-already imported torch and the workers' modules, never by the parent itself (Note [fork server]), with
-the stop signals blocked until they ignore them (Note [worker signals] in
-:mod:`fastsac_async.worker_process`).
-
-# Note [fork server]
-Importing torch costs seconds of CPU per process (5.5 s on a 2-core machine); a run starts a learner,
-its collectors and an evaluator, so spawning each from scratch paid that once per worker. Workers are
-started with multiprocessing's ``forkserver`` method instead: the first start launches one server
-process (a fresh interpreter, like a spawned child) that imports :data:`PRELOAD` and the entry modules
-of the workers, and every worker is then a fork of that server. A caller may start it before it
-prepares a run (:func:`start_fork_server`; the trainer does, before it composes its config), so that
-the server's imports overlap the caller's own, and must stop it again (:func:`stop_fork_server`) when
-no run will use it: a server still importing notices its parent's end only once its imports are done,
-and holds the parent's stdout and stderr open until then. The server never touches CUDA (nothing
-it imports does at import time), so each worker initialises CUDA itself, as a spawned one would. The
-parent is never forked: its threads, its CUDA context and its open files stay its own. The server lives
-as long as the parent (it exits when the parent's end of its pipe closes, a crash included; once its
-imports are done, if the parent ends before that), and later runs of the same parent reuse it. What a
-spawned child used to inherit from the parent at its start, a forked one inherits from the server
-instead, so:
-* the server is started with :func:`~fastsac_async.worker_process.worker_environment` (one thread:
-  the OpenMP and BLAS libraries read their variables when torch loads them) and with the stop signals
-  blocked (Note [worker signals]); each worker then sets its own thread count and variables;
-* a worker binds its own CPUs and memory first thing (``worker_boot``), before any large allocation;
-* a worker's parent process is the server, so the worker watches the run's parent by pid;
-* the server's environment is the parent's when the server started: each worker is handed the
-  parent's environment as it is at the worker's start (:class:`ParentEnvironment`, applied as the
-  first of its arguments is unpickled, before the others import their modules), so a variable the
-  parent sets between two runs (``MUJOCO_GL`` for clips, a compile cache folder) reaches the next
-  run's workers, as it did when they were spawned. What the server itself imported read its
-  variables at the server's start (torch's OpenMP and BLAS libraries: the first point); MuJoCo's GL
-  back-end, CUDA's visible devices and inductor's cache folder are loaded or initialised in the
-  worker, after its environment is in place. Dynamo's and inductor's configuration modules (preloaded
-  with ``torch._dynamo``) read their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*``
-  variables at the server's start too: one of those set in the parent after the server started (while
-  it prepares a run, or between two runs of one process) does not reach the workers (the compile
-  cache folder does: inductor reads it at each access, and ``FASTSAC_COMPILE_CACHE=off`` is applied
-  again in each worker by ``use_compile_cache``).
-  Importing them touches no CUDA and starts no thread. (A main script that imports MuJoCo at its top is
-  run again in each worker before the arguments are unpickled, as under spawn.)
-
-If the server dies, every worker dies with it (``PR_SET_PDEATHSIG``), and multiprocessing reports
-each one's exit code as 255, since the status it would have read from the server is lost: a failure
-with that code while the server is gone names the server (:func:`fork_server_death`).
+already imported torch and the workers' modules, never by the parent itself (Note [fork server] in
+:mod:`fastsac_async.parent.fork_server`), with the stop signals blocked until they ignore them (Note
+[worker signals] in :mod:`fastsac_async.worker_process`).
 
 The monitor treats any worker that exits with a non-zero code (a raised exception, or death by a
 signal) as fatal: the caller stops everything and raises
@@ -61,32 +20,25 @@ import multiprocessing as mp
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
-import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 from fastsac_async.exceptions import WorkerFailed, describe_exit
+from fastsac_async.parent.fork_server import fork_server, start_fork_server
 from fastsac_async.run_layout import RunLayout
-from fastsac_async.worker_process import (
-    STACK_DUMP_SIGNAL,
-    recorded_exception,
-    stop_signals_blocked,
-    worker_environment,
-)
+from fastsac_async.worker_process import recorded_exception
+from fastsac_async.worker_start import STACK_DUMP_SIGNAL
 
 __all__ = [
-    "PRELOAD",
     "ParentEnvironment",
     "Supervisor",
     "WorkerExit",
     "fork_server_death",
     "run_in_environment",
-    "start_fork_server",
-    "stop_fork_server",
 ]
 
 _log = logging.getLogger(__name__)
@@ -95,55 +47,6 @@ _POLL_S = 0.05
 """Longest pause between two ``hurry`` checks of a graceful join."""
 _STACK_DUMP_WAIT_S = 0.2
 """Time a worker gets to write its stacks (``STACK_DUMP_SIGNAL``) before it is killed."""
-PRELOAD = ("numpy", "torch", "torch._dynamo", "fastsac_async.worker_process")
-"""What the fork server imports before it forks any worker (Note [fork server]), with the entry
-modules of the workers a :class:`Supervisor` is given. ``torch._dynamo`` because a learner's first
-optimizer imports it (torch.optim's dynamo guard), most of a learner's boot on a small machine: the
-server pays it once per parent process (wiki/benchmarks.md, "Process start and the test suite")."""
-
-
-def _server() -> Any:
-    """The fork server of this process, multiprocessing's (its pid and stop are private: typed as Any)."""
-    return multiprocessing.forkserver._forkserver
-
-
-def start_fork_server(preload: Sequence[str] = ()) -> int | None:
-    """Start this process's fork server now, unless one runs (Note [fork server]).
-
-    It imports :data:`PRELOAD` and ``preload`` in its own process, so a caller that starts it early
-    (before it imports and sets up the rest of a run) has it ready by the first worker's start. Only the
-    first start's ``preload`` counts: a running server is kept as it is.
-
-    Returns:
-        The pid of the server this call started; None when one was running.
-    """
-    server = _server()
-    before = server._forkserver_pid
-    mp.get_context("forkserver").set_forkserver_preload(list(dict.fromkeys((*PRELOAD, *preload))))
-    with _environment(worker_environment(1)), stop_signals_blocked():
-        multiprocessing.forkserver.ensure_running()
-    pid = server._forkserver_pid
-    return None if pid == before else int(pid)
-
-
-def stop_fork_server(pid: int) -> None:
-    """Stop this process's fork server at once if it is still the one of ``pid``, even mid-import.
-
-    It is killed, then multiprocessing's own stop reaps it. For a server started early by
-    :func:`start_fork_server` that no run will use; a server that has forked workers takes them with
-    it (Note [fork server]). A Ctrl+C meanwhile waits for the end, so multiprocessing's record of its
-    server is never left half cleared.
-    """
-    server = _server()
-    if server._forkserver_pid != pid:
-        return
-    with stop_signals_blocked():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)  # it blocks the stop signals; closing its pipe waits for its imports
-        try:
-            server._stop()  # closes the pipe, reaps it, removes its socket
-        except OSError:  # reaped or removed elsewhere: clear the record, so the next start starts afresh
-            server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
 
 
 @dataclass(frozen=True)
@@ -154,20 +57,6 @@ class WorkerExit:
     """Worker name."""
     exitcode: int | None
     """Exit code (negative: killed by that signal)."""
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 _LOST_STATUS = 255
@@ -183,7 +72,7 @@ def fork_server_death(wait_s: float = _SERVER_EXIT_WAIT_S) -> str | None:
     this waits up to ``wait_s`` for it. The server is not reaped here (``WNOWAIT``): multiprocessing
     reaps it, and starts a new one for the next run.
     """
-    pid = _server()._forkserver_pid
+    pid = fork_server()._forkserver_pid
     if pid is None:
         return None
     deadline = time.monotonic() + wait_s
