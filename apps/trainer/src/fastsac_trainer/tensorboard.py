@@ -19,9 +19,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from torch.utils.tensorboard import SummaryWriter
-from torch.utils.tensorboard.summary import hparams
-
 from fastsac_trainer.reporting import EvalPoint, Snapshot
 
 __all__ = [
@@ -102,6 +99,8 @@ class TensorBoardReporter:
         # START's step: `trainer plot` (EventAccumulator) at every START, TensorBoard's Python loader
         # (--load_fast=false) at every START but a run's first (hence one for the first launch too),
         # and its fast loader (the default) at any step that goes back, START or not.
+        from torch.utils.tensorboard import SummaryWriter  # torch: only where a writer is made
+
         purge_step = 0 if resumed_at_env_steps is None else resumed_at_env_steps + 1
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
         if config is not None:
@@ -109,6 +108,7 @@ class TensorBoardReporter:
 
     def _write_config(self, config: dict[str, Any], step: int) -> None:
         from omegaconf import OmegaConf
+        from torch.utils.tensorboard.summary import hparams
 
         text = OmegaConf.to_yaml(OmegaConf.create(config))
         self._writer.add_text("config", f"```yaml\n{text}```", step)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fastsac_trainer.tensorboard import eval_scalars
+
 if TYPE_CHECKING:
     from fastsac_async import PrestartedWorkers
     from fastsac_trainer.cluster import Cluster
@@ -49,16 +51,12 @@ class RunOutcome:
 
     def report(self, snapshot: Any) -> None:
         """Keep the snapshot's scalars (a :class:`~fastsac_trainer.reporting.Reporter`)."""
-        from fastsac_trainer.tensorboard import eval_scalars
-
         self.metrics = dict(snapshot.scalars)
         if snapshot.last_eval is not None:  # the latest evaluation, under its TensorBoard names
             self.metrics.update(eval_scalars(snapshot.last_eval))
 
     def evaluated(self, point: Any) -> None:
         """Keep the evaluation's scalars (it may come after the last snapshot)."""
-        from fastsac_trainer.tensorboard import eval_scalars
-
         self.metrics.update(eval_scalars(point))
 
     def checkpoint_saved(self, path: Path) -> None:
@@ -83,30 +81,40 @@ def train_seeds(overrides: list[str]) -> int:
 
     One override list per seed, named by :func:`~fastsac_trainer.seeds.seed_runs`; a single seed is one run.
     """
-    from fastsac_trainer.seeds import seed_runs
+    from fastsac_async import prestart_workers  # imports no torch
 
-    runs = seed_runs(overrides)
-    for i, run in enumerate(runs):
-        if len(runs) > 1:
-            sys.stdout.write(f"seed {i + 1}/{len(runs)}: {run[-2]} -> {run[-1].partition('=')[2]}\n")
-            sys.stdout.flush()
-        code = train_run(run)
-        if code != 0:
-            return code
-    return 0
+    server = prestart_workers()  # first thing (see train_run); handed to the runs below
+    try:
+        from fastsac_trainer.seeds import seed_runs
+
+        runs = seed_runs(overrides)
+        for i, run in enumerate(runs):
+            if len(runs) > 1:
+                sys.stdout.write(f"seed {i + 1}/{len(runs)}: {run[-2]} -> {run[-1].partition('=')[2]}\n")
+                sys.stdout.flush()
+            code = train_run(run, server=server)
+            if code != 0:
+                return code
+        return 0
+    finally:
+        server.cancel()  # a refused list, or runs that never handed it over (synchronous, refused)
 
 
-def train_run(overrides: list[str], outcome: RunOutcome | None = None) -> int:
+def train_run(
+    overrides: list[str], outcome: RunOutcome | None = None, *, server: PrestartedWorkers | None = None
+) -> int:
     """One training run from command-line overrides; returns the exit code (``outcome`` gets the rest).
 
     Under torchrun on several hosts, this host's part of one run (``fastsac_trainer.cluster``).
+    ``server``: the workers' fork server its caller started (None: started here, first thing).
     """
-    from fastsac_async import prestart_workers  # imports no torch
+    if server is None:
+        from fastsac_async import prestart_workers  # imports no torch
 
-    # First thing: the workers' fork server imports torch and the workers' modules while this process
-    # imports its own and composes and prepares the run (the env's spaces, the placement: seconds
-    # too); most runs are asynchronous (Note [fork server] in fastsac_async.parent.fork_server).
-    server = prestart_workers()
+        # First thing: the workers' fork server imports torch and the workers' modules while this
+        # process imports its own and composes and prepares the run (the env's spaces, the placement:
+        # seconds too); most runs are asynchronous (Note [fork server] in fastsac_async.parent.fork_server).
+        server = prestart_workers()
     try:
         from fastsac_trainer.cluster import join_cluster
 
