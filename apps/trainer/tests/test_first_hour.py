@@ -285,22 +285,8 @@ QUICK_PATHS = (
 HEAVY = ("torch", "hydra", "gymnasium", "mujoco", "rich", "matplotlib", "fastsac_async")
 
 
-_FORK_SERVER_PROBE = """
-import fastsac_async.parent.fork_server as fork_server
-class Started(Exception):
-    pass
-def probe(preload=()):
-    raise Started("torch" in sys.modules)
-fork_server.start_fork_server = probe
-try:
-    main(["task=pendulum"])
-except Started as started:
-    print("torch before the fork server:", started.args[0])
-"""
-
-
 def test_help_and_mistakes_at_the_first_word_import_nothing_heavy() -> None:
-    """Help, version, typos load no torch, hydra...; a training run starts its fork server before torch."""
+    """In a fresh interpreter, help, version and a mistyped command load none of torch, hydra, gymnasium..."""
     script = (
         "import sys\n"
         "from fastsac_trainer.cli import main\n"
@@ -310,13 +296,40 @@ def test_help_and_mistakes_at_the_first_word_import_nothing_heavy() -> None:
         "    except SystemExit:\n"
         "        pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    ) + _FORK_SERVER_PROBE
+    )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-2] == "[]", result.stdout[-2000:]
-    assert result.stdout.splitlines()[-1] == "torch before the fork server: False", result.stdout[-2000:]
+    assert result.stdout.splitlines()[-1] == "[]", result.stdout[-2000:]
+
+
+_FORK_SERVER_PROBE = """
+import sys
+import fastsac_async.parent.fork_server as fork_server
+class Started(Exception):
+    pass
+def probe(preload=()):
+    raise Started("torch" in sys.modules)
+fork_server.start_fork_server = probe
+if __name__ == "__main__":
+    from fastsac_trainer.cli import main
+    from fastsac_trainer.api import train
+    for start in (lambda: main(["task=pendulum"]), lambda: train("pendulum")):
+        try:
+            start()
+        except Started as started:
+            print("torch first:", started.args[0])
+"""
+
+
+def test_a_training_run_starts_its_fork_server_before_anything_imports_torch() -> None:
+    """From the command line and from train(), the workers' fork server starts before torch is imported."""
+    result = subprocess.run(
+        [sys.executable, "-c", _FORK_SERVER_PROBE], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["torch first: False", "torch first: False"], result.stdout
 
 
 def test_the_read_only_runs_root_of_the_table_refuses_a_folder(world: Path) -> None:

@@ -100,6 +100,33 @@ def test_threads_started_inside_get_the_lent_cpus_back(on_one_cpu: int) -> None:
         thread.join(10)
 
 
+@needs_two_cpus
+def test_a_compile_beside_the_main_thread_lends_every_other_thread_the_cpus(on_one_cpu: int) -> None:
+    """beside_main, from a helper thread: the other threads (autograd's) borrow too, the main one never."""
+    release = threading.Event()
+    bystander = threading.Thread(target=release.wait, args=(10,))  # an existing thread, as autograd's
+    bystander.start()
+    seen: dict[str, set[int]] = {}
+
+    def compile_thread() -> None:
+        with borrowed_cpus(CPUS[1:2], beside_main=True):
+            assert bystander.native_id is not None and threading.main_thread().native_id is not None
+            seen["bystander"] = os.sched_getaffinity(bystander.native_id)
+            seen["main"] = os.sched_getaffinity(threading.main_thread().native_id)
+        assert bystander.native_id is not None
+        seen["bystander after"] = os.sched_getaffinity(bystander.native_id)
+
+    helper = threading.Thread(target=compile_thread)
+    try:
+        helper.start()
+        helper.join(30)
+    finally:
+        release.set()
+        bystander.join(10)
+    wide, own = {on_one_cpu, CPUS[1]}, {on_one_cpu}
+    assert seen == {"bystander": wide, "main": own, "bystander after": own}
+
+
 def _spec(tmp_path: Path, *, device: str, learner_cpus: tuple[int, ...] | None, compile: bool) -> EngineSpec:
     factory = FakeEnvFactory()
     topo = cpu_topology(num_envs=8, num_collectors=2, num_learners=1, batch_size=16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -104,17 +105,22 @@ def test_only_one_cuda_rank_with_compiled_whole_steps_compiles_in_the_background
 
 
 def test_the_interim_steps_are_eager_and_keep_whole_step_graphs() -> None:
-    """interim(): no compile; whole-step graphs stay (around the eager steps), region graphs go."""
+    """interim(): no compile, no background; the whole-step graphs stay (around the eager steps)."""
     cfg, cuda = tiny_config(compile=True, compile_in_background=True), torch.device("cuda")
     step = ExecutionPolicy.choose(cfg, cuda, 1).interim()
-    assert (step.compile_steps, step.compile_prepare, step.background, step.graphs) == (
-        False,
-        False,
-        False,
-        "step",
-    )
-    regions = ExecutionPolicy.choose(replace(cfg, cudagraph_scope="regions"), cuda, 1).interim()
-    assert regions.graphs == "none" and not regions.compile_steps
+    assert not (step.compile_steps or step.compile_prepare or step.background) and step.graphs == "step"
+
+
+def test_a_build_closed_before_its_start_never_starts() -> None:
+    """close() before start(): the thread never starts, nothing is joined, the build is not running."""
+    from fastsac_core._background_compile import BackgroundCompile
+
+    agent = make_agent(TINY_DIMS, tiny_config(), num_envs=4, execution=_cpu_policy(False))
+    build = BackgroundCompile(agent, 4)
+    assert not build.started
+    build.close(timeout_s=0.1)
+    build.start()
+    assert not build.started and not build.running and not build.done()
 
 
 def test_the_compile_thread_builds_inside_the_context_its_owner_gives() -> None:
@@ -193,3 +199,23 @@ def test_a_switch_after_a_state_load_matches_an_all_compiled_agent_on_cuda() -> 
     compiled.load_state_dict(state)
     switching.load_state_dict(state)  # after the thread copied the fresh model: the switch copies this
     _switch_matches_compiled(compiled, switching, "cuda")
+
+
+@pytest.mark.gpu
+def test_a_capture_due_while_the_compile_runs_waits_for_its_end() -> None:
+    """A state load after the thread started: updates run uncaptured until the build ends, then switch."""
+    cfg = tiny_config(compile=True, cudagraphs=True, cudagraph_scope="step", amp=False)
+    agent = make_agent(TINY_DIMS, replace(cfg, compile_in_background=True), "cuda", num_envs=4)
+    g = torch.Generator().manual_seed(4)
+    _train(agent, 2, g, "cuda")  # 8 critic and 4 actor steps: both captured, then the thread starts
+    build, interim = agent._background, agent.steps.critic
+    assert build is not None and build.started and isinstance(interim, StepGraph) and interim.captured
+    file = io.BytesIO()  # a copy, as a checkpoint is
+    torch.save(agent.state_dict(), file)
+    file.seek(0)
+    agent.load_state_dict(torch.load(file, weights_only=False))  # drops the captured graphs
+    _train(agent, 2, g, "cuda")  # 8 more critic steps: past the warm-up, yet no capture
+    assert build.running and not interim.captured  # the compile takes seconds; these calls do not
+    assert build.wait(WAIT_S)
+    _train(agent, 1, g, "cuda")
+    assert agent.compiled

@@ -15,11 +15,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.main_guard import check_main_guard
-from fastsac_trainer.training import RunOutcome, train_run
+from fastsac_trainer.training import RunOutcome, start_workers_first, train_run
+
+if TYPE_CHECKING:
+    from fastsac_async import PrestartedWorkers
 
 __all__ = ["RunOutcome", "TrainResult", "TrainingAbortedError", "TrainingFailedError", "train"]
 
@@ -174,6 +177,22 @@ def train(
         TrainingAbortedError: The run was stopped at once.
     """
     check_main_guard()  # first: in a worker importing the script, nothing else may run
+    server = start_workers_first()  # then, before anything imports torch
+    try:
+        return _train(server, task, env_id, env_factory, env_kwargs, env_import, overrides)
+    finally:
+        server.cancel()  # unless a run was handed it
+
+
+def _train(
+    server: PrestartedWorkers,
+    task: str,
+    env_id: str | None,
+    env_factory: str | Callable[..., Any] | None,
+    env_kwargs: Mapping[str, Any] | None,
+    env_import: str | None,
+    overrides: Sequence[str],
+) -> TrainResult:
     from fastsac_core import FastSACCoreError
     from fastsac_trainer.arguments import overrides_only
     from fastsac_trainer.config.compose import merge_overrides
@@ -186,7 +205,7 @@ def train(
         raise TrainerAppError("a list of seeds is invalid in train(): call train() once per seed (seed=N)")
     outcome = RunOutcome()
     try:
-        train_run(given, outcome)
+        train_run(given, outcome, server=server)
     except FastSACCoreError as error:
         raise TrainerAppError(str(error)) from None
     return _result(outcome)

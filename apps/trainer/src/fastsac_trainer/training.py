@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from fastsac_async import PrestartedWorkers
     from fastsac_trainer.cluster import Cluster
 
-__all__ = ["RunOutcome", "train_run", "train_seeds"]
+__all__ = ["RunOutcome", "start_workers_first", "train_run", "train_seeds"]
 
 
 @dataclass
@@ -81,9 +81,7 @@ def train_seeds(overrides: list[str]) -> int:
 
     One override list per seed, named by :func:`~fastsac_trainer.seeds.seed_runs`; a single seed is one run.
     """
-    from fastsac_async import prestart_workers  # imports no torch
-
-    server = prestart_workers()  # first thing (see train_run); handed to the runs below
+    server = start_workers_first()
     try:
         from fastsac_trainer.seeds import seed_runs
 
@@ -106,22 +104,33 @@ def train_run(
     """One training run from command-line overrides; returns the exit code (``outcome`` gets the rest).
 
     Under torchrun on several hosts, this host's part of one run (``fastsac_trainer.cluster``).
-    ``server``: the workers' fork server its caller started (None: started here, first thing).
+    ``server``: the workers' fork server its caller started, and cancels (None: started and cancelled
+    here).
     """
+    owned = server is None
     if server is None:
-        from fastsac_async import prestart_workers  # imports no torch
-
-        # First thing: the workers' fork server imports torch and the workers' modules while this
-        # process imports its own and composes and prepares the run (the env's spaces, the placement:
-        # seconds too); most runs are asynchronous (Note [fork server] in fastsac_async.parent.fork_server).
-        server = prestart_workers()
+        server = start_workers_first()
     try:
         from fastsac_trainer.cluster import join_cluster
 
         with join_cluster() as cluster:
             return _prepared_run(overrides, outcome, cluster, server)
     finally:
-        server.cancel()  # no asynchronous run was handed it: refused, synchronous, nothing to train
+        if owned:
+            server.cancel()  # no asynchronous run was handed it: refused, synchronous, nothing to train
+
+
+def start_workers_first() -> PrestartedWorkers:
+    """Start the workers' fork server; a run's caller does this first, before anything imports torch.
+
+    The server imports torch and the workers' modules while this process imports its own and composes
+    and prepares the run (the env's spaces, the placement: seconds too); most runs are asynchronous
+    (Note [fork server] in ``fastsac_async.parent.fork_server``). The caller hands the result to
+    :func:`train_run` and cancels it when the runs are over.
+    """
+    from fastsac_async import prestart_workers  # imports no torch
+
+    return prestart_workers()
 
 
 def _prepared_run(

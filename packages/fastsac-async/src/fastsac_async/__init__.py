@@ -14,7 +14,7 @@ Each name loads its module on first use (``__getattr__``): ``prestart_workers`` 
 the trainer starts the workers' fork server before it imports torch itself (Note [fork server]).
 
 Folders by role: ``collector/``, ``learner/`` and ``evaluator/`` (each a loop drivable in-process
-and its process entry point), ``parent/`` (engine, monitor, supervisor, janitor); at the top the
+and its process entry point), ``parent/`` (engine, monitor, supervisor, fork server, janitor); at the top the
 records every side shares (``config``, ``eval_settings``, ``spec``, ``control``, ``stats``,
 ``exceptions``), the run folder's layout (``run_layout``), the transports and what they carry
 (``transport``), the worker process frame and worker names (``worker_process``) and learners across

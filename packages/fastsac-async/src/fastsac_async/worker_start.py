@@ -41,8 +41,8 @@ def stop_signals_blocked() -> Iterator[None]:
     """Block :data:`STOP_SIGNALS` and :data:`STACK_DUMP_SIGNAL` in this thread (start workers inside).
 
     A child started inside inherits the mask, so none of them can kill it before
-    :func:`worker_process` ignores them (Note [worker signals]). One arriving meanwhile for this
-    process is delivered when the block ends.
+    :func:`~fastsac_async.worker_process.worker_process` ignores them (Note [worker signals] there).
+    One arriving meanwhile for this process is delivered when the block ends.
     """
     blocked = {*STOP_SIGNALS, STACK_DUMP_SIGNAL}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)

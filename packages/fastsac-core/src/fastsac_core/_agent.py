@@ -146,11 +146,13 @@ class FastSACAgent:
         """The update the compiled steps took over at (0: from the start); None while the steps are eager
         (a background compile still running or failed, or a policy without ``compile_steps``)."""
         self._background = BackgroundCompile(self, cfg.num_updates, compile_context) if e.background else None
+        self._closed: BackgroundCompile | None = None
+        """A closed build (``close``), whose thread may still be ending."""
         self._maybe_start_compile()
 
     def _may_capture(self) -> bool:
-        """Whether a step graph may capture now: not while the compile thread runs (its Note)."""
-        return self._background is None or not self._background.running
+        """Whether a step graph may capture now: not while a compile thread runs (its Note)."""
+        return not any(build is not None and build.running for build in (self._background, self._closed))
 
     def _maybe_start_compile(self) -> None:
         """Start the background compile once the interim steps hold no capture still to come.
@@ -199,7 +201,7 @@ class FastSACAgent:
             reason = build.error if build.error is not None else "stopped"
             log.warning(
                 "compiling the update step in the background failed after %.1f s (%s: %s); "
-                "training continues with the eager step (set algo.agent.compile_in_background=false "
+                "training continues with the eager steps (set algo.agent.compile_in_background=false "
                 "to compile before the first update and see the full error)",
                 build.seconds, type(reason).__name__, reason,
             )  # fmt: skip
@@ -211,10 +213,13 @@ class FastSACAgent:
         log.info("compiled update ready after %.1f s; switched at update %d", build.seconds, self.update_idx)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop a background compile still running (joined for at most ``timeout_s``); idempotent."""
+        """Stop a background compile still running (joined for at most ``timeout_s``); idempotent.
+
+        A thread still running after that keeps later captures waiting until it ends.
+        """
         if self._background is not None:
             self._background.close(timeout_s)
-            self._background = None
+            self._closed, self._background = self._background, None
 
     # ------------------------------------------------------------------ preparing a batch
 

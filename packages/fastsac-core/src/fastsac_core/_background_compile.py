@@ -14,8 +14,12 @@ capture mode (on the GPU host, ``thread_local`` too: ``cudaErrorStreamCaptureInv
 compile synchronises (inductor's benchmarks of kernel configs, the thread's own stream). So the two
 never overlap: the thread starts once the interim steps are captured (``FastSACAgent``, at the end of
 an update call; at once when they have no graphs), and a capture due while it runs (new shapes, a
-state load) waits for its end, the step running uncaptured meanwhile (``StepGraph``'s
-``may_capture``). Replays and the thread's work do overlap, as any two streams' work does.
+state load), or while a thread that was asked to stop has not ended, waits for its end, the step
+running uncaptured meanwhile (``StepGraph``'s ``may_capture``). Replays and the thread's work do
+overlap, as any two streams' work does. So the compile starts after the first few updates (a critic
+step's warm-up and capture, and the actor's, ``policy_frequency`` times as many critic updates), not
+at the agent's construction: it no longer overlaps the boot and ``learning_starts``, and a run that
+ends before then never compiles.
 
 1. On the agent's thread, at the agent's construction: a deep copy of the model (networks, ``log_alpha``,
    optimizers: same shapes, dtypes, device, ``capturable`` and ``fused``), of the normalizers, and a
@@ -148,8 +152,7 @@ class BackgroundCompile:
     ) -> None:
         self._context = context or contextlib.nullcontext
         self.policy = agent.execution
-        self.started = 0.0
-        """When the thread started (``time.perf_counter``; 0: not yet)."""
+        self._started_at = 0.0
         self.seconds = 0.0
         """How long the build took (set when it ends)."""
         self.error: BaseException | None = None
@@ -188,8 +191,13 @@ class BackgroundCompile:
     def start(self) -> None:
         """Start the thread (once; a closed build stays stopped)."""
         if not self.started and not self._stop.is_set():
-            self.started = time.perf_counter()
+            self._started_at = time.perf_counter()
             self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        """Whether the thread has been started."""
+        return self._thread.ident is not None
 
     @property
     def running(self) -> bool:
@@ -222,7 +230,7 @@ class BackgroundCompile:
         except BaseException as exc:  # reported by the agent on its own thread
             self.error = exc
         finally:
-            self.seconds = time.perf_counter() - self.started
+            self.seconds = time.perf_counter() - self._started_at
             self._done.set()
 
     @contextlib.contextmanager

@@ -82,8 +82,8 @@ class ExecutionPolicy:
         """The steps a background compile trains with until its compiled ones are ready.
 
         Eager steps and preparation (no compile); whole-step graphs stay, each captured around the eager
-        step (2.2 times the uncaptured eager step's updates per second in the GPU host's learner
-        benchmark: ``wiki/benchmarks.md``, "Learner"). Region graphs need a compile, so they go.
+        step (faster than the uncaptured eager step: ``wiki/benchmarks.md``, "Learner" and "Compile in
+        the background"). Region graphs need a compile, so they go (a background compile refuses them).
         """
         graphs: Graphs = "step" if self.graphs == "step" else "none"
         return replace(self, compile_steps=False, compile_prepare=False, graphs=graphs, background=False)

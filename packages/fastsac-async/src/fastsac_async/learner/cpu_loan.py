@@ -1,4 +1,4 @@
-"""Lend a learner its collectors' CPUs while its first update chunk compiles.
+"""Lend a learner its collectors' CPUs while its update steps compile (first chunk, or in the background).
 
 :func:`compile_cpus` says which CPUs a learner may borrow; :func:`borrowed_cpus` lends them to one
 block (Note [compile on borrowed CPUs]).
@@ -18,8 +18,10 @@ keeps the collectors' CPUs. A cold compile of the Humanoid update on a learner's
 nearly twice as long as on 16 (``wiki/benchmarks.md``, "Cold start").
 
 With ``compile_in_background`` the learner trains from its first chunk, and the window is instead
-the compile thread's whole build (``FastSACAgent``'s ``compile_context``): the thread, its compile
-workers and the threads they start run on the wide set, the learner's own thread stays on its CPUs.
+the compile thread's whole build (``FastSACAgent``'s ``compile_context``, ``beside_main``): the
+thread, its compile workers and every other thread of the process run on the wide set (autograd's
+device thread exists by then: the learner's own backward calls started it), the learner's main
+thread stays on its CPUs.
 The collectors then keep stepping, but strict back-pressure holds them to the interim steps' pace, so
 part of their CPUs' time is free.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
@@ -62,7 +65,7 @@ def compile_cpus(spec: EngineSpec, rank: int) -> tuple[int, ...] | None:
 
 
 @contextmanager
-def borrowed_cpus(cpus: Collection[int] | None) -> Iterator[int]:
+def borrowed_cpus(cpus: Collection[int] | None, *, beside_main: bool = False) -> Iterator[int]:
     """Run the block on ``cpus`` (the calling thread) with that many inductor compile workers.
 
     Afterwards the compile workers are shut down, and the thread's affinity and inductor's worker
@@ -71,6 +74,10 @@ def borrowed_cpus(cpus: Collection[int] | None) -> Iterator[int]:
 
     Args:
         cpus: The CPUs to borrow (the thread's own are added to them).
+        beside_main: The caller is a thread beside the main one (a background compile): every other
+            thread of the process but the main one borrows them too, such as autograd's device
+            thread, which the main thread's backward calls started and where a compiled backward
+            compiles at its first call.
 
     Yields:
         The number of CPUs the block runs on.
@@ -83,9 +90,11 @@ def borrowed_cpus(cpus: Collection[int] | None) -> Iterator[int]:
     try:
         if wide != own:
             os.sched_setaffinity(0, wide)
+            if beside_main:
+                _pin_every_thread(wide, but=threading.main_thread().native_id)
     except OSError as error:  # an optimisation only: compile on the learner's own CPUs instead
         _log.warning(
-            "cannot run the first compile on CPUs %s (%s); it runs on %s", sorted(wide), error, sorted(own)
+            "cannot run the compile on CPUs %s (%s); it runs on %s", sorted(wide), error, sorted(own)
         )
         wide = own
     if wide == own:
@@ -111,9 +120,11 @@ def borrowed_cpus(cpus: Collection[int] | None) -> Iterator[int]:
         _pin_every_thread(own)
 
 
-def _pin_every_thread(cpus: set[int]) -> None:
-    """Every thread of this process on ``cpus`` (threads started meanwhile inherited a wider set)."""
+def _pin_every_thread(cpus: set[int], but: int | None = None) -> None:
+    """Every thread of this process but ``but`` (a native id) on ``cpus``."""
     for task in os.listdir("/proc/self/task"):
+        if int(task) == but:
+            continue
         try:
             os.sched_setaffinity(int(task), cpus)
         except ProcessLookupError:  # the thread ended meanwhile

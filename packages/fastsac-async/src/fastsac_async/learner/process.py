@@ -173,7 +173,7 @@ def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAg
     layout = spec.replay_layout(rank)
     buffer = ReplayBuffer.of(spec.run.dims, spec.agent, layout.num_envs, device=device, blocks=layout.blocks)
     # A background compile builds on the collectors' CPUs too (Note [compile on borrowed CPUs]).
-    lend = functools.partial(borrowed_cpus, compile_cpus(spec, rank))
+    lend = functools.partial(borrowed_cpus, compile_cpus(spec, rank), beside_main=True)
     agent = FastSACAgent(
         spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec), compile_context=lend
     )

@@ -21,7 +21,8 @@ the same parent reuse it. What a spawned child used to inherit from the parent a
 one inherits from the server instead, so:
 * the server is started with :func:`~fastsac_async.worker_start.worker_environment` (one thread:
   the OpenMP and BLAS libraries read their variables when torch loads them) and with the stop signals
-  blocked (Note [worker signals]); each worker then sets its own thread count and variables;
+  blocked (Note [worker signals] in :mod:`fastsac_async.worker_process`); each worker then sets its
+  own thread count and variables;
 * a worker binds its own CPUs and memory first thing (``worker_boot``), before any large allocation;
 * a worker's parent process is the server, so the worker watches the run's parent by pid;
 * the server's environment is the parent's when the server started: each worker is handed the
@@ -55,7 +56,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import multiprocessing as mp
 import multiprocessing.forkserver
 import os
 import signal
@@ -86,9 +86,10 @@ which the fork server imports."""
 
 PRELOAD = ("numpy", "torch", "torch._dynamo", "fastsac_async.worker_process")
 """What the fork server imports before it forks any worker (Note [fork server]), with the entry
-modules of the workers a :class:`Supervisor` is given. ``torch._dynamo`` because a learner's first
-optimizer imports it (torch.optim's dynamo guard), most of a learner's boot on a small machine: the
-server pays it once per parent process (wiki/benchmarks.md, "Process start and the test suite")."""
+modules of the workers a :class:`~fastsac_async.parent.supervisor.Supervisor` is given.
+``torch._dynamo`` because a learner's first optimizer imports it (torch.optim's dynamo guard), most
+of a learner's boot on a small machine: the server pays it once per parent process
+(wiki/benchmarks.md, "Process start and the test suite")."""
 
 
 def fork_server() -> Any:
@@ -108,7 +109,9 @@ def start_fork_server(preload: Sequence[str] = ()) -> int | None:
     """
     server = fork_server()
     before = server._forkserver_pid
-    mp.get_context("forkserver").set_forkserver_preload(list(dict.fromkeys((*PRELOAD, *preload))))
+    multiprocessing.get_context("forkserver").set_forkserver_preload(
+        list(dict.fromkeys((*PRELOAD, *preload)))
+    )
     with _environment(worker_environment(1)), stop_signals_blocked():
         multiprocessing.forkserver.ensure_running()
     pid = server._forkserver_pid
