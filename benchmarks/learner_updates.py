@@ -45,11 +45,18 @@ MODES: dict[str, tuple[bool, bool, Literal["regions", "step"], bool]] = {
     "step": (True, True, "step", False),
     "eager-step": (False, True, "step", False),
     "step-eager-prep": (True, True, "step", True),
+    "step-halves": (True, True, "step", False),
 }
 """``compiled``: torch.compile's CUDA graphs per compiled region; ``step``/``eager-step``: each whole
 step captured as one CUDA graph around the compiled/eager step (fastsac_core Note [Whole-step graphs]).
 Compiling also compiles the batch preparation (normalizer statistics, normalisation), as the agent
-does; ``step-eager-prep`` is ``step`` with that preparation eager."""
+does; ``step-eager-prep`` is ``step`` with that preparation eager. ``step-halves`` compiles only each
+step's losses and backward (``ExecutionPolicy.in_halves``, as several ranks run it) and leaves the
+optimizer steps (fused Adam) and the target update eager inside the captured step: what that saves of
+the compile (dynamo traces no optimizer) against what it costs per update."""
+
+IN_HALVES = {"step-halves"}
+"""Modes that run each step in halves on one rank."""
 
 
 def build(
@@ -68,6 +75,8 @@ def build(
         execution = dataclasses.replace(execution, compile_steps=True, compile_prepare=not eager_prep)
     elif eager_prep:
         execution = dataclasses.replace(execution, compile_prepare=False)
+    if mode in IN_HALVES:
+        execution = dataclasses.replace(execution, in_halves=True)
     buffer = ReplayBuffer.of(dims, cfg, num_envs, device=device)
     agent = FastSACAgent(dims, cfg, device, buffer=buffer, execution=execution)
     n = num_envs
