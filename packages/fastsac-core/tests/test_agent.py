@@ -173,6 +173,60 @@ def test_config_errors_name_the_setting() -> None:
         make_agent(TINY_DIMS, tiny_config(batch_size=64), "cpu", num_envs=24, world_size=2)
 
 
+def test_without_a_compiled_optimizer_only_the_backward_halves_compile() -> None:
+    """compile_optimizer=False: steps in halves on one CUDA rank (step graphs), refused with regions."""
+    cuda = torch.device("cuda")
+    cfg = tiny_config(compile=True, compile_optimizer=False, cudagraph_scope="step")
+    halves = ExecutionPolicy.choose(cfg, cuda, 1)
+    assert halves.in_halves and halves.compile_steps and halves.graphs == "step" and not halves.background
+    assert not ExecutionPolicy.choose(replace(cfg, compile_optimizer=True), cuda, 1).in_halves
+    assert not ExecutionPolicy.choose(cfg, torch.device("cpu"), 1).in_halves  # nothing compiles on CPU
+    with pytest.raises(ConfigError, match="compile_optimizer=False needs cudagraph_scope='step'"):
+        ExecutionPolicy.choose(replace(cfg, cudagraph_scope="regions"), cuda, 1)
+
+
+def test_compiled_backward_halves_train_like_whole_eager_steps() -> None:
+    """One rank in halves (compiled backward, eager optimizer steps) gives the weights of eager steps."""
+    from fastsac_core.testing import random_batch, random_noise
+
+    eager = ExecutionPolicy.choose(tiny_config(), torch.device("cpu"), 1)
+    weights = []
+    for execution in (eager, replace(eager, compile_steps=True, in_halves=True, backend="aot_eager")):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        agent = make_agent(TINY_DIMS, tiny_config(), "cpu", num_envs=4, execution=execution)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            agent.update_on_batch(random_batch(256, TINY_DIMS, g), 4, random_noise(256, TINY_DIMS, g))
+        weights.append([*agent.model.actor.parameters(), *agent.model.qf.parameters()])
+    for a, b in zip(*weights, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_captured_steps_with_an_eager_optimizer_match_eager_steps_on_cuda() -> None:
+    """compile_optimizer=False on CUDA (compiled backward halves, whole-step graphs) matches eager steps."""
+    from fastsac_core.testing import random_batch, random_noise
+
+    torch._dynamo.reset()
+    results = []
+    for cfg in (
+        tiny_config(compile=False, cudagraphs=False, amp=False),
+        tiny_config(compile=True, compile_optimizer=False, cudagraph_scope="step", amp=False),
+    ):
+        torch.manual_seed(0)
+        agent = make_agent(TINY_DIMS, cfg, "cuda", num_envs=4)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(4):  # 16 critic and 8 actor steps: warm-up, capture, replays
+            batch, noise = random_batch(256, TINY_DIMS, g), random_noise(256, TINY_DIMS, g)
+            agent.update_on_batch(batch, 4, type(noise)(*(t.cuda() for t in noise)))
+        results.append(
+            [p.detach().cpu() for p in (*agent.model.actor.parameters(), *agent.model.qf.parameters())]
+        )
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
 @pytest.mark.gpu
 def test_compiled_cuda_steps_match_eager() -> None:
     """On CUDA the compiled update with per-region CUDA graphs matches plain eager steps (fp32).

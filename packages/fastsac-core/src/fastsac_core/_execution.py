@@ -49,7 +49,8 @@ class ExecutionPolicy:
     compile_prepare: bool
     """torch.compile the batch preparation (normalizer statistics, normalisation), ``fullgraph``."""
     in_halves: bool
-    """Run each step as backward, all-reduce over ranks, optimizer step (not one function)."""
+    """Run each step as backward, all-reduce over ranks, optimizer step (not one function): several
+    ranks, fp16 loss scaling, or ``compile_optimizer=False`` (only the backward halves compile)."""
     graphs: Graphs
     """CUDA graphs of the steps; ``regions`` needs ``compile_steps`` and whole steps."""
     amp_dtype: torch.dtype | None
@@ -107,7 +108,13 @@ class ExecutionPolicy:
                 "and no fp16 loss scaling (cudagraphs=%s, cudagraph_scope=%r, amp=%s, amp_dtype=%r)",
                 cfg.cudagraphs, cfg.cudagraph_scope, cfg.amp, cfg.amp_dtype,
             )  # fmt: skip
-        in_halves = world_size > 1 or loss_scaling
+        halves_on_request = cuda and cfg.compile and not cfg.compile_optimizer
+        if halves_on_request and graphs == "regions":
+            raise ConfigError(
+                "compile_optimizer=False needs cudagraph_scope='step' (region graphs need whole compiled "
+                "steps), got cudagraph_scope='regions'; set cudagraph_scope=step or compile_optimizer=True"
+            )
+        in_halves = world_size > 1 or loss_scaling or halves_on_request
         # Several ranks compile up front: their switch would have to be collective (Note [Compile in
         # the background]); so do torch.compile's region graphs, which are bound to one thread.
         background = cuda and cfg.compile and cfg.compile_in_background and not in_halves

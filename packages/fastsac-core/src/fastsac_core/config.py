@@ -183,6 +183,14 @@ class FastSACConfig:
     ``cudagraph_scope=regions`` always compile first. Only in a process that ends with ``os._exit`` (a
     worker: the asynchronous learner). Off by default: the first update comes far earlier, the returns
     later (wiki/benchmarks.md, "Compile in the background")."""
+    compile_optimizer: bool = True
+    """With ``compile`` on CUDA: compile each update step whole, optimizer steps included. False:
+    compile only the losses and their backward, and run the optimizer steps (fused Adam) and the
+    target update eagerly after them, as several ranks do (captured in the same whole-step graph with
+    ``cudagraph_scope=step``): dynamo traces no optimizer, so the first compile is shorter
+    (wiki/benchmarks.md, "Learner": ``learner_updates.py --modes step step-halves``). Needs
+    ``cudagraph_scope=step`` (region graphs need whole compiled steps); compiles first
+    (``compile_in_background`` needs whole steps)."""
     cudagraphs: bool = True
     """Replay the update steps as CUDA graphs on CUDA (no fp16 loss scaling; one rank, or several
     with ``capture_all_reduce``), as ``cudagraph_scope`` says."""
