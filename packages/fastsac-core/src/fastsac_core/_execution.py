@@ -108,13 +108,8 @@ class ExecutionPolicy:
                 "and no fp16 loss scaling (cudagraphs=%s, cudagraph_scope=%r, amp=%s, amp_dtype=%r)",
                 cfg.cudagraphs, cfg.cudagraph_scope, cfg.amp, cfg.amp_dtype,
             )  # fmt: skip
-        halves_on_request = cuda and cfg.compile and not cfg.compile_optimizer
-        if halves_on_request and graphs == "regions":
-            raise ConfigError(
-                "compile_optimizer=False needs cudagraph_scope='step' (region graphs need whole compiled "
-                "steps), got cudagraph_scope='regions'; set cudagraph_scope=step or compile_optimizer=True"
-            )
-        in_halves = world_size > 1 or loss_scaling or halves_on_request
+        # compile_optimizer=False: the backward halves only (the config refuses it with region graphs).
+        in_halves = world_size > 1 or loss_scaling or (cuda and cfg.compile and not cfg.compile_optimizer)
         # Several ranks compile up front: their switch would have to be collective (Note [Compile in
         # the background]); so do torch.compile's region graphs, which are bound to one thread.
         background = cuda and cfg.compile and cfg.compile_in_background and not in_halves

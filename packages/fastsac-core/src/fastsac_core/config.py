@@ -211,7 +211,9 @@ class FastSACConfig:
     """Autocast dtype."""
 
     def __post_init__(self) -> None:
-        """Check every field against its rule, then ``v_min < v_max`` and ``log_std_min < log_std_max``.
+        """Check every field against its rule, then the rules between fields.
+
+        ``v_min < v_max``, ``compile_optimizer`` against the graph scope, ``log_std_min < log_std_max``.
 
         Raises:
             ConfigError: The first invalid field, with its name, the value seen and the fix.
@@ -224,6 +226,9 @@ class FastSACConfig:
         # With reward normalisation the support is ±normalized_v_max and v_min/v_max go unused.
         if not self.reward_normalization and not self.v_min < self.v_max:
             raise ConfigError.of_setting("v_min", self.v_min, f"use a value below v_max={self.v_max}")
+        if not self.compile_optimizer and self.cudagraphs and self.cudagraph_scope == "regions":
+            fix = "region graphs need whole compiled steps; use true, or cudagraph_scope=step"
+            raise ConfigError.of_setting("compile_optimizer", self.compile_optimizer, fix)
         if not self.log_std_min < self.log_std_max:
             fix = f"use a value below log_std_max={self.log_std_max}"
             raise ConfigError.of_setting("log_std_min", self.log_std_min, fix)
