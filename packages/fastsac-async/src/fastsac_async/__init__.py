@@ -85,14 +85,8 @@ __all__ = [  # noqa: RUF022 - grouped by role
 
 _HOMES = {  # the module that defines each exported name
     "fastsac_async.config": ("AsyncOptions",),
-    "fastsac_async.eval_settings": (
-        "ClipRecorder",
-        "EvalSettings",
-    ),
-    "fastsac_async.evaluator.loop": (
-        "EvalReport",
-        "Evaluator",
-    ),
+    "fastsac_async.eval_settings": ("ClipRecorder", "EvalSettings"),
+    "fastsac_async.evaluator.loop": ("EvalReport", "Evaluator"),
     "fastsac_async.exceptions": (
         "AsyncConfigError",
         "AsyncEngineError",
@@ -100,35 +94,13 @@ _HOMES = {  # the module that defines each exported name
         "RunAborted",
         "WorkerFailed",
     ),
-    "fastsac_async.hosts": (
-        "HostGroup",
-        "learner_rank",
-        "open_store",
-    ),
+    "fastsac_async.hosts": ("HostGroup", "learner_rank", "open_store"),
     "fastsac_async.learner.profiler": ("profile_iterations",),
-    "fastsac_async.parent.engine": (
-        "EngineResult",
-        "EngineStats",
-        "StopReason",
-        "run_engine",
-    ),
-    "fastsac_async.parent.fork_server": (
-        "PrestartedWorkers",
-        "prestart_workers",
-    ),
-    "fastsac_async.run_layout": (
-        "RunLayout",
-        "checkpoint_step",
-    ),
-    "fastsac_async.spec": (
-        "EngineSpec",
-        "TrainingRun",
-    ),
-    "fastsac_async.stats": (
-        "CollectorSnapshot",
-        "CollectorSummary",
-        "LearnerSnapshot",
-    ),
+    "fastsac_async.parent.engine": ("EngineResult", "EngineStats", "StopReason", "run_engine"),
+    "fastsac_async.parent.fork_server": ("PrestartedWorkers", "prestart_workers"),
+    "fastsac_async.run_layout": ("RunLayout", "checkpoint_step"),
+    "fastsac_async.spec": ("EngineSpec", "TrainingRun"),
+    "fastsac_async.stats": ("CollectorSnapshot", "CollectorSummary", "LearnerSnapshot"),
     "fastsac_async.transport": ("transition_ring_bytes",),
     "fastsac_async.worker_process": ("evaluator_name",),
 }

@@ -21,11 +21,10 @@ With ``compile_in_background`` the learner trains from its first chunk, and the 
 the compile thread's whole build (``FastSACAgent``'s ``compile_context``, ``beside_main``): the
 thread, its compile workers and every other thread of the process run on the wide set (autograd's
 device thread exists by then: the learner's own backward calls started it), the learner's main
-thread stays on its CPUs.
-The collectors then keep stepping, but strict back-pressure holds them to the interim steps' pace, so
-part of their CPUs' time is free.
+thread stays on its CPUs. The collectors then keep stepping, but strict back-pressure holds them to
+the interim steps' pace, so part of their CPUs' time is free.
 
-The window is the first chunk only (or the background build). A step graph captured after a few
+Outside the window, a step graph captured after a few
 warm-up calls (an actor updated every ``policy_frequency`` critic updates) may compile or capture a
 little in the next chunk, and a shorter remainder chunk recompiles its batch preparation: both
 serially, on the learner's own CPUs.
