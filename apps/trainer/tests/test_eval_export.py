@@ -94,6 +94,31 @@ def test_eval_prints_the_mean_return(run_dir: Path, capsys: pytest.CaptureFixtur
     assert "over 3 episodes" in line
 
 
+def test_eval_runs_its_episodes_on_one_torch_thread_and_gives_the_threads_back(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trainer eval`` steps its policy on one torch thread and leaves the caller's thread count be."""
+    import fastsac_trainer.evaluate as evaluate_module
+
+    seen: list[int] = []
+    real = evaluate_module.evaluate_policy
+
+    def counting(*args: object, **kwargs: object) -> object:
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluate_module, "evaluate_policy", counting)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert eval_main([f"checkpoint={run_dir}", "episodes=2"]) == 0
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert "over 2 episodes" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +124,30 @@ def evaluate(policy: InferencePolicy, factory: EnvFactory, episodes: int, seed: 
     return result
 
 
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Inside, torch runs on one intra-op thread; after, on the caller's number again.
+
+    An evaluation's batches hold at most ``MAX_PARALLEL_ENVS`` observations: one thread computes
+    them as fast as many, and several evaluations at once (a sweep's, or one beside a training run)
+    would otherwise keep each other's spinning threads waiting, 7-12 times slower (wiki/benchmarks.md,
+    "Asynchronous resume on the GPU host").
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def eval_main(args: list[str]) -> int:
     """``trainer eval checkpoint=PATH [episodes=N] [seed=S] [task=NAME] [device=cpu] [video=true]``."""
+    with one_torch_thread():
+        return _eval_main(args)
+
+
+def _eval_main(args: list[str]) -> int:
     options = parse(args, EVAL).options
     checkpoint, run_dir = resolve_resume(options["checkpoint"], "checkpoint")
     episodes = parse_int("episodes", options.get("episodes", "10"), 1)
