@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,7 @@ def run_learner(
             torch.cuda.set_device(device)
         collective = _init_process_group(spec, rank, device)
         boot.mark(f"on {device}, rank {learner_rank(spec, rank)} of {learner_world(spec)} learner(s)")
-        agent, start_gstep, start_updates, start_owed = _agent(spec, rank, device)
-        boot.mark(
-            "agent and replay buffer built" + (f", resumed at gstep {start_gstep}" if start_gstep else "")
-        )
+        agent, start_gstep, start_updates, start_owed = _agent(spec, rank, device, boot.mark)
         own = spec.topology.collectors_of(rank)
         with (
             contextlib.ExitStack() as cleanup,
@@ -165,18 +163,23 @@ def run_learner(
                 time.sleep(0.02)
 
 
-def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAgent, int, int, int]:
+def _agent(
+    spec: EngineSpec, rank: int, device: torch.device, mark: Callable[[str], None]
+) -> tuple[FastSACAgent, int, int, int]:
     """Rank ``rank``'s agent for its collectors' envs; the gstep, updates and owed updates it starts at.
 
+    ``mark`` logs each boot phase as it ends (the buffer, the agent, a resume's state and replay).
     Owed updates: Note [a stop keeps what was counted] in ``fastsac_async.learner.loop``.
     """
     layout = spec.replay_layout(rank)
     buffer = ReplayBuffer.of(spec.run.dims, spec.agent, layout.num_envs, device=device, blocks=layout.blocks)
+    mark(f"replay buffer of {buffer.capacity * buffer.num_envs:,} transitions allocated on {device}")
     # A background compile builds on the collectors' CPUs too (Note [compile on borrowed CPUs]).
     lend = functools.partial(borrowed_cpus, compile_cpus(spec, rank), beside_main=True)
     agent = FastSACAgent(
         spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec), compile_context=lend
     )
+    mark("agent built")
     if spec.run.resume_from is None:
         return agent, 0, 0, 0
     # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
@@ -184,6 +187,7 @@ def _agent(spec: EngineSpec, rank: int, device: torch.device) -> tuple[FastSACAg
     extra = load_checkpoint(spec.run.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
     _restore_replay(spec, rank, agent.buffer)
     gstep, updates, owed = (int(extra.get(key, 0)) for key in ("iteration", "updates", "owed_updates"))
+    mark(f"resumed at gstep {gstep}: checkpoint and replay loaded")
     return agent, gstep, updates, owed
 
 
