@@ -87,7 +87,8 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
     assert extra["collector_steps"] == [40] * collectors and extra["iteration"] == 40
     # Each worker's log says where its start-up time went.
     learner_log = RunLayout(tmp_path).log("learner0").read_text()
-    assert f"learner0 boot: replay buffer of {8 // learners * 64} transitions allocated on cpu in" in learner_log
+    allocated = f"learner0 boot: replay buffer of {8 // learners * 64} transitions allocated on cpu in"
+    assert allocated in learner_log
     assert "learner0 boot: agent built in" in learner_log
     assert "learner0 boot: released (every worker ready)" in learner_log
     assert re.search(
