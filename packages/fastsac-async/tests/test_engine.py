@@ -1,6 +1,7 @@
 import contextlib
 import dataclasses
 import multiprocessing as mp
+import pstats
 import re
 import subprocess
 from pathlib import Path
@@ -20,6 +21,7 @@ from fastsac_async.parent.monitor import final_checkpoint
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import EngineSpec, TrainingRun, learner_threads
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
+from fastsac_async.worker_process import PROFILE_BOOT_ENV
 from fastsac_core import (
     EnvDims,
     FastSACConfig,
@@ -62,8 +64,11 @@ def _with_run(spec: EngineSpec, **changes: Any) -> EngineSpec:
 @pytest.mark.slow
 @pytest.mark.parametrize("ingest", ["generations", "ragged"])
 @pytest.mark.parametrize("learners", [1, 2])
-def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, ingest: str) -> None:
+def test_engine_runs_to_its_budget_and_cleans_up(
+    tmp_path: Path, learners: int, ingest: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """2 collectors, 1 or 2 (gloo) learners, either ingest: budget reached, updates, weights, clean end."""
+    monkeypatch.setenv(PROFILE_BOOT_ENV, "1")  # and each worker's boot profile, checked below
     ticks: list[EngineStats] = []
     boot: list[tuple[str, str]] = []
     collectors = 4 if ingest == "ragged" and learners == 2 else 2  # ragged: 2 env blocks on every rank
@@ -106,6 +111,13 @@ def test_engine_runs_to_its_budget_and_cleans_up(tmp_path: Path, learners: int, 
         "initial weights loaded (version 1)",
         "released (every worker ready)",
     ], "the policy warms up before the slots arrive"
+    # FASTSAC_PROFILE_BOOT: each worker's start-up under cProfile, up to its release.
+    layout = RunLayout(tmp_path)
+    learner_boot = pstats.Stats(str(layout.boot_profile("learner0")))
+    profiled = {func[2] for func in learner_boot.stats}  # type: ignore[attr-defined]
+    assert "_agent" in profiled, "the learner's agent build is in its boot profile"
+    assert all(layout.boot_profile(f"collector{i}").is_file() for i in range(collectors))
+    assert "learner0 boot profile: " in learner_log
 
 
 @pytest.mark.slow

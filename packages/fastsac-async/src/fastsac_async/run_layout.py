@@ -80,6 +80,10 @@ class RunLayout:
         """``logs/<worker>.log``: stdout, stderr and logging of worker ``worker``."""
         return self.logs / f"{worker}.log"
 
+    def boot_profile(self, worker: str) -> Path:
+        """``logs/<worker>.boot.prof``: worker ``worker``'s start-up under cProfile (FASTSAC_PROFILE_BOOT)."""
+        return self.logs / f"{worker}.boot.prof"
+
     @property
     def parent_log(self) -> Path:
         """``logs/trainer.log``: the parent's log records and every console line."""
@@ -168,13 +172,14 @@ class RunLayout:
     def written_before_training(self, path: Path) -> bool:
         """Whether the file ``path`` is one a run writes before it trains, and nothing else needs.
 
-        ``config.yaml``, ``overrides.txt``, the logs, TensorBoard's event files and the rendezvous: a
-        folder that holds only these (and :attr:`folders`) keeps nothing of a run that never trained.
+        ``config.yaml``, ``overrides.txt``, the logs (and boot profiles), TensorBoard's event files and the
+        rendezvous: a folder that holds only these (and :attr:`folders`) keeps nothing of a run that
+        never trained.
         Checkpoints, replay files, error logs, videos and W&B's files are not.
         """
         return (
             path in (self.config, self.overrides, self.rendezvous)
-            or (path.parent == self.logs and path.suffix == ".log")
+            or (path.parent == self.logs and path.suffix in (".log", ".prof"))
             or (path.parent == self.events and path.name.startswith("events.out.tfevents."))
         )
 

@@ -44,6 +44,7 @@ thread's stack to the worker's log and the worker carries on.
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import ctypes
 import faulthandler
 import functools
@@ -54,7 +55,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +74,14 @@ from numa_bind import bind_current_process
 from shm_transport import HandshakeAborted
 
 __all__ = [
+    "PROFILE_BOOT_ENV",
     "BootTimeline",
     "bind",
     "collector_name",
     "evaluator_name",
     "exception_line",
     "learner_name",
+    "profile_boot",
     "record_failure",
     "recorded_exception",
     "reporting_failure",
@@ -107,22 +110,49 @@ def evaluator_name() -> str:
     return "evaluator"
 
 
+PROFILE_BOOT_ENV = "FASTSAC_PROFILE_BOOT"
+"""Environment variable: set (to anything but empty or 0), every worker runs its start-up under cProfile
+and writes it to ``logs/<worker>.boot.prof`` at its release (``python -m pstats`` reads it)."""
+
+
+def profile_boot(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``FASTSAC_PROFILE_BOOT`` asks for boot profiles."""
+    return environ.get(PROFILE_BOOT_ENV, "").strip() not in ("", "0")
+
+
 class BootTimeline:
     """Logs how long each start-up phase of a worker took, so its log shows where boot time went.
 
     Args:
         name: The worker's name (``collector3``, ``learner0``).
+        profile_to: Also run the start-up under cProfile and write it here at :meth:`released`.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, profile_to: Path | None = None) -> None:
         self._name = name
         self._start = self._last = time.perf_counter()
+        self._profile_to = profile_to
+        self._profile: cProfile.Profile | None = None
+        if profile_to is not None:
+            self._profile = cProfile.Profile()
+            self._profile.enable()
 
     def mark(self, phase: str) -> None:
         """Log ``phase`` as done now, with its own duration and the time since start."""
         now = time.perf_counter()
         took, self._last = now - self._last, now
         _log.info("%s boot: %s in %.2f s (%.2f s since start)", self._name, phase, took, now - self._start)
+
+    def released(self) -> None:
+        """Mark the boot barrier's release, the last phase; write the boot profile if one runs."""
+        self.mark("released (every worker ready)")
+        if self._profile is not None and self._profile_to is not None:
+            self._profile.disable()
+            self._profile.dump_stats(self._profile_to)
+            _log.info(
+                "%s boot profile: %s (python -m pstats %s)", self._name, self._profile_to, self._profile_to
+            )
+            self._profile = None
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -282,7 +312,7 @@ def worker_boot(
     with worker_process(name=name, run_dir=run_dir, parent_pid=parent_pid, threads=threads):
         try:
             stats_queue.cancel_join_thread()  # never wait on the parent at exit
-            boot = BootTimeline(name)
+            boot = BootTimeline(name, RunLayout(run_dir).boot_profile(name) if profile_boot() else None)
             bind(cpus, node)
             seed(seed_value)
             yield boot

@@ -102,7 +102,7 @@ def run_collector(
         handshake.wait_released(
             timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
         )
-        boot.mark("released (every worker ready)")
+        boot.released()
         collector.run(should_stop=lambda: control.stop_requested)
         _log.info("%s stopped at step %d (version %d)", name, collector.steps, collector.version)
 

@@ -81,7 +81,7 @@ def run_evaluator(
         handshake.wait_released(
             timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
         )
-        boot.mark("released (every worker ready)")
+        boot.released()
         evaluated = 0  # the version last evaluated
         while not control.stop_requested:
             if evaluator.due(control.global_step) and (weights.refresh() or weights.version > evaluated):

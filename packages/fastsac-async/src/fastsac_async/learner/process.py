@@ -142,7 +142,7 @@ def run_learner(
             handshake.wait_released(
                 timeout_s=spec.options.boot_timeout_s, should_stop=lambda: control.stop_requested
             )
-            boot.mark("released (every worker ready)")
+            boot.released()
             # A compile thread is not waited for: this process ends with os._exit, which it does not
             # hold up, and a wait would spend the stop's grace (stop_grace_s).
             run_learner_loop(learner, profile=profile_iterations(), name=name, compile_wait_s=0.0)
