@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
+
+from fastsac_trainer import evaluate
 
 WIKI_TASKS = Path(__file__).resolve().parents[3] / "wiki" / "tasks.md"
 EXAMPLE_MODULE = "point_env"
@@ -35,7 +36,5 @@ def one_torch_thread() -> Iterator[None]:
 
     Opt in per module: ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with evaluate.one_torch_thread():
+        yield

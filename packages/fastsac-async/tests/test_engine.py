@@ -1,5 +1,6 @@
 import contextlib
 import dataclasses
+import logging
 import multiprocessing as mp
 import pstats
 import re
@@ -21,7 +22,7 @@ from fastsac_async.parent.monitor import final_checkpoint
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import EngineSpec, TrainingRun, learner_threads
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
-from fastsac_async.worker_process import PROFILE_BOOT_ENV
+from fastsac_async.worker_process import PROFILE_BOOT_ENV, BootTimeline
 from fastsac_core import (
     EnvDims,
     FastSACConfig,
@@ -116,7 +117,9 @@ def test_engine_runs_to_its_budget_and_cleans_up(
     learner_boot = pstats.Stats(str(layout.boot_profile("learner0")))
     profiled = {func[2] for func in learner_boot.stats}  # type: ignore[attr-defined]
     assert "_agent" in profiled, "the learner's agent build is in its boot profile"
-    assert all(layout.boot_profile(f"collector{i}").is_file() for i in range(collectors))
+    assert "run_learner_loop" not in profiled, "the profile ends at the release, before training"
+    workers = [f"collector{i}" for i in range(collectors)] + [f"learner{r}" for r in range(learners)]
+    assert all(layout.boot_profile(worker).is_file() for worker in workers)
     assert "learner0 boot profile: " in learner_log
 
 
@@ -359,3 +362,19 @@ def test_resumed_collectors_act_with_the_checkpoints_actor_from_their_first_step
     for seed in (spec.run.seed, spec.run.seed + 1):
         first = np.load(tmp_path / f"first_actions_{seed}.npy")
         assert first.shape == (4, 2) and (first > 0.99).all(), first
+
+
+def test_a_start_up_that_ends_before_its_release_still_writes_its_boot_profile(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A boot profile whose start-up fails before the release is written at close, marked incomplete."""
+    path = tmp_path / "learner0.boot.prof"
+    boot = BootTimeline("learner0", profile_to=path)
+    boot.mark("something built")
+    with caplog.at_level(logging.INFO, logger="fastsac_async.worker_process"):
+        boot.close()
+        boot.close()  # once written, a second close writes nothing more
+    assert "mark" in {func[2] for func in pstats.Stats(str(path)).stats}  # type: ignore[attr-defined]
+    lines = [r.getMessage() for r in caplog.records if "boot profile" in r.getMessage()]
+    assert lines == [f"learner0 boot profile: {path} (incomplete: the start-up ended before its release) "
+                     "(read it with python -m pstats)"]  # fmt: skip

@@ -36,6 +36,9 @@ def test_the_paths_of_a_worker_a_step_and_a_host() -> None:
     """A worker's log and error log, a step's checkpoint and clip, and another host's folder."""
     layout = RunLayout(Path("runs/r"))
     assert layout.log("collector3") == layout.root / "logs/collector3.log"
+    assert layout.boot_profile("learner0") == layout.root / "logs/learner0.boot.prof"
+    assert layout.written_before_training(layout.boot_profile("learner0"))
+    assert not layout.written_before_training(layout.logs / "mine.prof"), "only the layout's own profiles"
     assert layout.error_log("learner1") == layout.root / "async_errors/learner1_error.log"
     assert layout.checkpoint(100) == layout.root / "checkpoints/model_0000100.pt"
     assert layout.eval_clip(42) == layout.root / "videos/eval_0000042.mp4"

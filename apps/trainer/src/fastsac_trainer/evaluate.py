@@ -36,7 +36,7 @@ from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.run_dir import resolve_resume
 from fastsac_trainer.tasks import TaskError, env_factory_for, get_task, probe_dims
 
-__all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "wants_video"]
+__all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "one_torch_thread", "wants_video"]
 
 
 def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy, dict[str, Any]]:
@@ -130,8 +130,8 @@ def one_torch_thread() -> Iterator[None]:
 
     An evaluation's batches hold at most ``MAX_PARALLEL_ENVS`` observations: one thread computes
     them as fast as many, and several evaluations at once (a sweep's, or one beside a training run)
-    would otherwise keep each other's spinning threads waiting, 7-12 times slower (wiki/benchmarks.md,
-    "Asynchronous resume on the GPU host").
+    would otherwise keep each other's spinning threads waiting, several times slower
+    (wiki/benchmarks.md, "Asynchronous resume on the GPU host").
     """
     before = torch.get_num_threads()
     torch.set_num_threads(1)

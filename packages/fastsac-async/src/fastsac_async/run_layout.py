@@ -39,6 +39,10 @@ _CHECKPOINT_NAME = re.compile(r"model_(\d+)\.pt")
 """The names :meth:`RunLayout.checkpoint` gives, read back by :func:`checkpoint_step`."""
 
 
+_BOOT_PROFILE = ".boot.prof"
+"""How :meth:`RunLayout.boot_profile` names end; :meth:`RunLayout.written_before_training` reads it."""
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Every path of the run folder ``root`` (``runs/<run>``); a pure value, it touches no file."""
@@ -82,7 +86,7 @@ class RunLayout:
 
     def boot_profile(self, worker: str) -> Path:
         """``logs/<worker>.boot.prof``: worker ``worker``'s start-up under cProfile (FASTSAC_PROFILE_BOOT)."""
-        return self.logs / f"{worker}.boot.prof"
+        return self.logs / f"{worker}{_BOOT_PROFILE}"
 
     @property
     def parent_log(self) -> Path:
@@ -179,7 +183,7 @@ class RunLayout:
         """
         return (
             path in (self.config, self.overrides, self.rendezvous)
-            or (path.parent == self.logs and path.suffix in (".log", ".prof"))
+            or (path.parent == self.logs and (path.suffix == ".log" or path.name.endswith(_BOOT_PROFILE)))
             or (path.parent == self.events and path.name.startswith("events.out.tfevents."))
         )
 

@@ -111,13 +111,14 @@ def evaluator_name() -> str:
 
 
 PROFILE_BOOT_ENV = "FASTSAC_PROFILE_BOOT"
-"""Environment variable: set (to anything but empty or 0), every worker runs its start-up under cProfile
-and writes it to ``logs/<worker>.boot.prof`` at its release (``python -m pstats`` reads it)."""
+"""Environment variable: ``1`` (or ``true``, ``yes``, ``on``), every worker runs its start-up under
+cProfile and writes it to ``RunLayout.boot_profile(worker)``: at its release, or, marked incomplete, when
+its start-up ends otherwise (a failure, a stop, a boot timeout). ``python -m pstats`` reads it."""
 
 
 def profile_boot(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``FASTSAC_PROFILE_BOOT`` asks for boot profiles."""
-    return environ.get(PROFILE_BOOT_ENV, "").strip() not in ("", "0")
+    return environ.get(PROFILE_BOOT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class BootTimeline:
@@ -125,7 +126,8 @@ class BootTimeline:
 
     Args:
         name: The worker's name (``collector3``, ``learner0``).
-        profile_to: Also run the start-up under cProfile and write it here at :meth:`released`.
+        profile_to: Also run the start-up (this thread) under cProfile and write it here at
+            :meth:`released`, or at :meth:`close` if the start-up ended before its release.
     """
 
     def __init__(self, name: str, profile_to: Path | None = None) -> None:
@@ -146,13 +148,23 @@ class BootTimeline:
     def released(self) -> None:
         """Mark the boot barrier's release, the last phase; write the boot profile if one runs."""
         self.mark("released (every worker ready)")
-        if self._profile is not None and self._profile_to is not None:
-            self._profile.disable()
-            self._profile.dump_stats(self._profile_to)
-            _log.info(
-                "%s boot profile: %s (python -m pstats %s)", self._name, self._profile_to, self._profile_to
-            )
-            self._profile = None
+        self._write_profile("")
+
+    def close(self) -> None:
+        """End the boot profile if it still runs (the start-up ended before its release): write it."""
+        self._write_profile(" (incomplete: the start-up ended before its release)")
+
+    def _write_profile(self, note: str) -> None:
+        profile, self._profile = self._profile, None
+        if profile is None or self._profile_to is None:
+            return
+        profile.disable()
+        try:  # a diagnostic: failing to write it must not fail the worker
+            profile.dump_stats(self._profile_to)
+        except OSError as exc:
+            _log.warning("%s boot profile not written to %s: %s", self._name, self._profile_to, exc)
+            return
+        _log.info("%s boot profile: %s%s (read it with python -m pstats)", self._name, self._profile_to, note)
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -313,9 +325,12 @@ def worker_boot(
         try:
             stats_queue.cancel_join_thread()  # never wait on the parent at exit
             boot = BootTimeline(name, RunLayout(run_dir).boot_profile(name) if profile_boot() else None)
-            bind(cpus, node)
-            seed(seed_value)
-            yield boot
+            try:
+                bind(cpus, node)
+                seed(seed_value)
+                yield boot
+            finally:
+                boot.close()
         except HandshakeAborted:
             _log.info("%s: stop requested during start-up; exiting", name)
 

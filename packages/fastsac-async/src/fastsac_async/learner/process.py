@@ -185,35 +185,37 @@ def _agent(
     # Only rank 0 takes the saved RNG state: every rank restoring it would sample the same
     # indices and noise on every rank. The others keep their own seeds.
     extra = load_checkpoint(spec.run.resume_from, agent, restore_rng=learner_rank(spec, rank) == 0)
-    _restore_replay(spec, rank, agent.buffer)
+    restored = _restore_replay(spec, rank, agent.buffer)
     gstep, updates, owed = (int(extra.get(key, 0)) for key in ("iteration", "updates", "owed_updates"))
-    mark(f"resumed at gstep {gstep}: checkpoint and replay loaded")
+    replay = f"replay of {restored:,} transitions" if restored is not None else "an empty replay buffer"
+    mark(f"resumed at gstep {gstep}: checkpoint loaded, {replay}")
     return agent, gstep, updates, owed
 
 
-def _restore_replay(spec: EngineSpec, rank: int, buffer: ReplayBuffer) -> None:
+def _restore_replay(spec: EngineSpec, rank: int, buffer: ReplayBuffer) -> int | None:
     """Rank ``rank``'s shard of a resumed run's replay, if saved; its newest steps become cuts.
 
     The collectors restart their episodes (their envs' state is not saved), so each env's newest
     stored step is cut (``ReplayBuffer.cut_episodes``). A missing or unreadable file leaves the buffer
-    empty, with a log line saying why; the run goes on.
+    empty, with a log line saying why; the run goes on. Returns the transitions restored (None: none).
     """
     host = 0 if spec.hosts is None else spec.hosts.host_rank
     source = spec.run.replay_to_resume(learner_rank(spec, rank), host)
     if source is None or not source.is_file():
         why = "algo.trainer.save_replay=false" if source is None else f"{source} does not exist"
         _log.info("learner%d: learning restarts from an empty replay buffer (%s)", rank, why)
-        return
+        return None
     try:
         info = load_replay(source, buffer)
     except CheckpointError as exc:
         _log.warning("learner%d: %s; learning restarts from an empty replay buffer", rank, exc)
-        return
+        return None
     buffer.cut_episodes()
     _log.info(
         "learner%d: replay buffer restored from %s: %d transitions of gstep %d, written %.0f s ago",
         rank, source, info.transitions, info.gstep, time.time() - info.written_at,
     )  # fmt: skip
+    return info.transitions
 
 
 def _learner(
