@@ -180,6 +180,12 @@ def main() -> None:
     args.common = args.common.split()
     configs = [parse_config(c) for c in args.config]
     jobs = [Job(name, overrides, seed) for seed in args.seeds for name, overrides in configs]
+    taken = [job.name for job in jobs if (args.runs_root / job.name).exists()]
+    if taken:  # the trainer refuses an existing run folder: say so now, not as a failed run later
+        raise SystemExit(
+            f"--runs-root {args.runs_root} already holds run folders named {', '.join(taken)} (an earlier "
+            "sweep's); pass a new --runs-root, or remove those folders"
+        )
     slots: queue.Queue[list[int]] = queue.Queue()
     for s in cpu_slices(sorted(os.sched_getaffinity(0)), min(args.parallel, len(jobs))):
         slots.put(s)
