@@ -24,24 +24,15 @@ from pathlib import Path
 from _harness import add_output_args, machine, report
 
 from fastsac_trainer.api import train
-from fastsac_trainer.evaluate import evaluate, load_policy
-from fastsac_trainer.tasks import get_task
+from fastsac_trainer.testing import ASYNC_CPU_QUIET, checkpoint_return
 
-COMMON = [
-    "algo.trainer.asynchronous=true",
-    "algo.trainer.device=cpu",
-    "algo.trainer.eval_interval_s=null",
-    "algo.trainer.save_interval=100000",
-    "algo.trainer.logging_interval=100",
-    "console=plain",
-]
+COMMON = list(ASYNC_CPU_QUIET)
 BUDGET = "algo.trainer.num_learning_iterations="
 
 
 def _eval(task: str, checkpoint: Path | None, episodes: int) -> float:
     assert checkpoint is not None
-    policy, _ = load_policy(checkpoint)
-    return evaluate(policy, get_task(task).env_factory(), episodes, 10_000).mean_return
+    return checkpoint_return(checkpoint, task, episodes)
 
 
 def main() -> None:

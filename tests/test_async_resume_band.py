@@ -26,8 +26,7 @@ from pathlib import Path
 import pytest
 
 from fastsac_async.run_layout import RunLayout
-from fastsac_trainer.evaluate import evaluate, load_policy, one_torch_thread
-from fastsac_trainer.tasks import get_task
+from fastsac_trainer.testing import ASYNC_CPU_QUIET, checkpoint_return
 
 TRAINER = Path(sys.executable).parent / "trainer"
 SEEDS = (1, 2, 3)
@@ -36,16 +35,7 @@ MARGIN = 10.0
 """Return units below the lowest uninterrupted return still in the band (5% of the task's 200)."""
 BEST = 200.0
 """The task's best return (200-step episodes, +1 per step)."""
-RUN = [
-    "task=pendulum",
-    "algo.agent.num_updates=16",
-    "algo.trainer.asynchronous=true",
-    "algo.trainer.device=cpu",
-    "algo.trainer.eval_interval_s=null",
-    "algo.trainer.save_interval=100000",
-    "algo.trainer.logging_interval=100",
-    "console=plain",
-]
+RUN = ["task=pendulum", "algo.agent.num_updates=16", *ASYNC_CPU_QUIET]
 BUDGET = "algo.trainer.num_learning_iterations="
 TIMEOUT_S = 540.0
 """Every launch, resumes included, ends within this many seconds of the first (the test's own bound)."""
@@ -93,9 +83,7 @@ def _return_at(run_dir: Path, iteration: int) -> float:
     """The deterministic return of ``run_dir``'s checkpoint at ``iteration`` over 16 fresh episodes."""
     checkpoint = RunLayout(run_dir).checkpoint(iteration)
     assert checkpoint.is_file(), f"{run_dir} has no checkpoint at iteration {iteration}"
-    policy, _ = load_policy(checkpoint)
-    with one_torch_thread():
-        return evaluate(policy, get_task("pendulum").env_factory(), 16, 10_000).mean_return
+    return checkpoint_return(checkpoint, "pendulum", 16)
 
 
 def returns(root: Path, resume_extra: list[str]) -> tuple[list[float], list[float]]:

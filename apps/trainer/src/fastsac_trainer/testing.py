@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fastsac_trainer.evaluate import evaluate, load_policy, one_torch_thread
 from fastsac_trainer.reporting import EvalPoint, Snapshot
+from fastsac_trainer.tasks import get_task
 
-__all__ = ["CPU_SIZED", "TINY_PENDULUM", "TINY_RUN", "RecordingReporter"]
+__all__ = [
+    "ASYNC_CPU_QUIET",
+    "CPU_SIZED",
+    "TINY_PENDULUM",
+    "TINY_RUN",
+    "RecordingReporter",
+    "checkpoint_return",
+]
 
 
 class RecordingReporter:
@@ -82,3 +91,25 @@ CPU_SIZED = (
 )
 """A learning test's compute scaled to a 2-core CPU, as the ``pendulum`` task's is: networks 64/128,
 batch 256, 8 envs x 4 updates. The learning settings (gamma, rates, support...) stay the task's."""
+
+ASYNC_CPU_QUIET = (
+    "algo.trainer.asynchronous=true",
+    "algo.trainer.device=cpu",
+    "algo.trainer.eval_interval_s=null",
+    "algo.trainer.save_interval=100000",
+    "algo.trainer.logging_interval=100",
+    "console=plain",
+)
+"""An asynchronous CPU run that only trains: no evaluator, a checkpoint only at its end, few console
+lines (the async resume band's runs: its test and ``benchmarks/resume_band.py``). The caller names the
+task, the budget and the run folder."""
+
+
+def checkpoint_return(checkpoint: Path, task: str, episodes: int) -> float:
+    """The deterministic mean return of ``checkpoint``'s policy on ``episodes`` fresh episodes of ``task``.
+
+    Seed 10,000: envs no training run of a test seeds. One torch thread, as ``trainer eval``.
+    """
+    policy, _ = load_policy(checkpoint)
+    with one_torch_thread():
+        return evaluate(policy, get_task(task).env_factory(), episodes, 10_000).mean_return
