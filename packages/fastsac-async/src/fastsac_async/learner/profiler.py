@@ -4,14 +4,17 @@
 makes each learner profile N loop iterations once it has run ``PROFILE_AFTER_UPDATES`` updates (so
 compilation and CUDA-graph capture are behind it), and write the operator table, sorted by host time,
 into its log (``runs/<run>/logs/learner<rank>.log``). That is the learner's host budget *in* a run,
-beside busy collectors, which a standalone benchmark cannot show.
+beside busy collectors, which a standalone benchmark cannot show. On a CUDA learner the log also
+gets the table sorted by device time and the share of the window in which the learner's own kernels
+ran (``busy_fraction``). The profiler sees only this process: the rest of the window the GPU was
+idle or ran other processes' kernels (the collectors' inference, the evaluator).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from fastsac_async.exceptions import AsyncConfigError
@@ -19,7 +22,7 @@ from fastsac_async.exceptions import AsyncConfigError
 if TYPE_CHECKING:
     from fastsac_async.learner.loop import Learner
 
-__all__ = ["PROFILE_AFTER_UPDATES", "PROFILE_ENV", "profile_iterations", "profiled"]
+__all__ = ["PROFILE_AFTER_UPDATES", "PROFILE_ENV", "busy_fraction", "profile_iterations", "profiled"]
 
 PROFILE_ENV = "FASTSAC_PROFILE_LEARNER"
 """Environment variable: loop iterations to profile in each learner (unset or 0: none)."""
@@ -46,6 +49,37 @@ def profile_iterations(environ: Mapping[str, str] = os.environ) -> int:
     return value
 
 
+def busy_fraction(intervals: Iterable[tuple[float, float]], start: float, end: float) -> float:
+    """Share of ``[start, end]`` covered by the union of ``intervals`` (overlaps counted once)."""
+    if end <= start:
+        return 0.0
+    covered, reach = 0.0, start
+    for lo, hi in sorted(intervals):
+        lo, hi = max(lo, reach), min(hi, end)
+        if hi > lo:
+            covered += hi - lo
+            reach = hi
+    return covered / (end - start)
+
+
+def _device_summary(prof: object) -> str:
+    """The device-time table and the learner's kernel busy share of the window ('' without kernels)."""
+    from torch.autograd import DeviceType  # type: ignore[attr-defined]
+
+    events = list(prof.events())  # type: ignore[attr-defined]
+    kernels = [e.time_range for e in events if e.device_type == DeviceType.CUDA]
+    if not kernels:
+        return ""
+    start = min(e.time_range.start for e in events)
+    end = max(e.time_range.end for e in events)
+    busy = busy_fraction(((k.start, k.end) for k in kernels), start, end)
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=20)  # type: ignore[attr-defined]
+    return (
+        f"\nthe learner's kernels ran in {100 * busy:.1f} % of the window's {(end - start) / 1e3:.1f} ms"
+        f" (busy_fraction); by device time:\n{table}"
+    )
+
+
 def profiled(learner: Learner, iterations: int, name: str) -> bool:
     """Run ``iterations`` iterations under the profiler and log its table; False if the learner stopped."""
     from torch.profiler import ProfilerActivity, profile
@@ -54,13 +88,13 @@ def profiled(learner: Learner, iterations: int, name: str) -> bool:
     if learner.agent.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     running, done, updates = True, 0, learner.updates
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, acc_events=True) as prof:  # one cycle: no "clears events" warning
         while done < iterations and running:
             running = learner.run_iteration()
             done += 1
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
     _log.info(
-        "%s: profile of %d loop iterations (%d updates), by host time:\n%s",
-        name, done, learner.updates - updates, table,
+        "%s: profile of %d loop iterations (%d updates), by host time:\n%s%s",
+        name, done, learner.updates - updates, table, _device_summary(prof),
     )  # fmt: skip
     return running
