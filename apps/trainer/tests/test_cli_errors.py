@@ -270,7 +270,9 @@ def test_an_invalid_profiler_variable_is_refused_before_the_run_folder(
     runs = tmp_path / "runs"
     args = ["task=pendulum", "algo.trainer.device=cpu", f"runs_root={runs}", "console=plain"]
     assert _fail(capsys, args) == (
-        "error: FASTSAC_PROFILE_LEARNER='abc' is not a number of learner iterations; unset it or use e.g. 50"
+        "error: FASTSAC_PROFILE_LEARNER='abc' is neither a number of learner iterations (N) nor N@U"
+        " (N iterations once U updates ran); unset it or use e.g. 50, or 50@20000 for a window in the"
+        " steady state"
     )
     assert not runs.exists()
 

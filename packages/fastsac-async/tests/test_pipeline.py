@@ -18,7 +18,13 @@ from fastsac_async.learner.collective import SoloCollective
 from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.learner.ingest import Ingestor
 from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
-from fastsac_async.learner.profiler import PROFILE_ENV, profile_iterations
+from fastsac_async.learner.profiler import (
+    PROFILE_AFTER_UPDATES,
+    PROFILE_ENV,
+    ProfileWindow,
+    profile_iterations,
+    profile_window,
+)
 from fastsac_async.stats import LearnerSnapshot
 from fastsac_async.testing import FakeBatchedEnv
 from fastsac_async.transport import weight_extras
@@ -375,10 +381,12 @@ def test_a_profiled_learner_loop_logs_its_table_and_trains_the_same(
     assert len(logged) == 1 and "Self CPU time total" in logged[0], logged
 
 
-@pytest.mark.parametrize("raw", ["abc", "-3", "1.5"])
+@pytest.mark.parametrize("raw", ["abc", "-3", "1.5", "40@", "@200", "40@x", "40@-1"])
 def test_an_invalid_profile_setting_names_the_variable_and_the_fix(raw: str) -> None:
-    """FASTSAC_PROFILE_LEARNER must be a count: anything else is refused with the fix."""
+    """FASTSAC_PROFILE_LEARNER must be N or N@U (counts): anything else is refused with the fix."""
     assert profile_iterations({}) == 0 and profile_iterations({PROFILE_ENV: " 50 "}) == 50
+    assert profile_window({PROFILE_ENV: "50"}) == ProfileWindow(50, PROFILE_AFTER_UPDATES)
+    assert profile_window({PROFILE_ENV: " 40@20000 "}) == ProfileWindow(40, 20000)
     with pytest.raises(AsyncConfigError, match=f"{PROFILE_ENV}='{re.escape(raw)}'.*unset it"):
         profile_iterations({PROFILE_ENV: raw})
 

@@ -31,7 +31,7 @@ from fastsac_async.learner.collective import Collective, SoloCollective, TorchCo
 from fastsac_async.learner.cpu_loan import borrowed_cpus, compile_cpus
 from fastsac_async.learner.decider import TrainDecider
 from fastsac_async.learner.loop import Learner, LearnerHooks, LearnerSettings, run_learner_loop
-from fastsac_async.learner.profiler import profile_iterations
+from fastsac_async.learner.profiler import profile_window
 from fastsac_async.spec import EngineSpec
 from fastsac_async.stats import offer
 from fastsac_async.transport import LearnerEnds, RingOffer, WeightOffer
@@ -145,7 +145,11 @@ def run_learner(
             boot.released()
             # A compile thread is not waited for: this process ends with os._exit, which it does not
             # hold up, and a wait would spend the stop's grace (stop_grace_s).
-            run_learner_loop(learner, profile=profile_iterations(), name=name, compile_wait_s=0.0)
+            window = profile_window()
+            run_learner_loop(
+                learner, profile=window.iterations, after_updates=window.after_updates, name=name,
+                compile_wait_s=0.0,
+            )  # fmt: skip
             # Note [a stop waits for the replay write]: until done, the parent's abort waits.
             control.hold_stop(rank, time.monotonic() + write_bound_s(agent.buffer))
             final = learner.checkpoint()  # rank 0: the final checkpoint (also after a stop request)

@@ -2,7 +2,8 @@
 
 ``FASTSAC_PROFILE_LEARNER=N`` (an environment variable of the trainer, inherited by its workers)
 makes each learner profile N loop iterations once it has run ``PROFILE_AFTER_UPDATES`` updates (so
-compilation and CUDA-graph capture are behind it), and write the operator table, sorted by host time,
+compilation and CUDA-graph capture are behind it), or once it has run U updates with ``N@U`` (a
+window in the steady state, after the update ratio's ramp), and write the operator table, sorted by host time,
 into its log (``runs/<run>/logs/learner<rank>.log``). That is the learner's host budget *in* a run,
 beside busy collectors, which a standalone benchmark cannot show. On a CUDA learner the log also
 gets the table sorted by device time and the share of the window in which the learner's own kernels
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastsac_async.exceptions import AsyncConfigError
@@ -22,7 +24,15 @@ from fastsac_async.exceptions import AsyncConfigError
 if TYPE_CHECKING:
     from fastsac_async.learner.loop import Learner
 
-__all__ = ["PROFILE_AFTER_UPDATES", "PROFILE_ENV", "busy_fraction", "profile_iterations", "profiled"]
+__all__ = [
+    "PROFILE_AFTER_UPDATES",
+    "PROFILE_ENV",
+    "ProfileWindow",
+    "busy_fraction",
+    "profile_iterations",
+    "profile_window",
+    "profiled",
+]
 
 PROFILE_ENV = "FASTSAC_PROFILE_LEARNER"
 """Environment variable: loop iterations to profile in each learner (unset or 0: none)."""
@@ -33,20 +43,37 @@ PROFILE_AFTER_UPDATES = 200
 _log = logging.getLogger(__name__)
 
 
-def profile_iterations(environ: Mapping[str, str] = os.environ) -> int:
-    """The iterations ``FASTSAC_PROFILE_LEARNER`` asks for (0 when unset); AsyncConfigError if invalid."""
+@dataclass(frozen=True)
+class ProfileWindow:
+    """The profiling window ``FASTSAC_PROFILE_LEARNER`` asks for."""
+
+    iterations: int
+    """Loop iterations to profile (0: none)."""
+    after_updates: int
+    """Updates a learner runs before the window opens."""
+
+
+def profile_window(environ: Mapping[str, str] = os.environ) -> ProfileWindow:
+    """The window ``FASTSAC_PROFILE_LEARNER`` (``N`` or ``N@U``) asks for; AsyncConfigError if invalid."""
     raw = environ.get(PROFILE_ENV, "").strip()
     if not raw:
-        return 0
+        return ProfileWindow(0, PROFILE_AFTER_UPDATES)
+    count, at, after = raw.partition("@")
     try:
-        value = int(raw)
+        window = ProfileWindow(int(count), int(after) if at else PROFILE_AFTER_UPDATES)
     except ValueError:
-        value = -1
-    if value < 0:
+        window = ProfileWindow(-1, -1)
+    if window.iterations < 0 or window.after_updates < 0:
         raise AsyncConfigError(
-            f"{PROFILE_ENV}={raw!r} is not a number of learner iterations; unset it or use e.g. 50"
+            f"{PROFILE_ENV}={raw!r} is neither a number of learner iterations (N) nor N@U (N iterations"
+            " once U updates ran); unset it or use e.g. 50, or 50@20000 for a window in the steady state"
         )
-    return value
+    return window
+
+
+def profile_iterations(environ: Mapping[str, str] = os.environ) -> int:
+    """The iterations ``FASTSAC_PROFILE_LEARNER`` asks for (0 when unset); AsyncConfigError if invalid."""
+    return profile_window(environ).iterations
 
 
 def busy_fraction(intervals: Iterable[tuple[float, float]], start: float, end: float) -> float:
