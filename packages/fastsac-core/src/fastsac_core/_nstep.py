@@ -23,6 +23,18 @@ class Window(NamedTuple):
     """m, the steps in the window (the return bootstraps from the obs of step s+m)."""
 
 
+def _any_before(stop: Tensor) -> Tensor:
+    """``out[..., k] = stop[..., :k].any(-1)`` along the window (its n is small: a few elementwise ops).
+
+    Not a ``cumsum``: on CUDA its scan kernel took 0.37 ms per sampled batch in Humanoid's run, where
+    n = 1 needs no work at all.
+    """
+    before = torch.zeros_like(stop)
+    for k in range(1, stop.shape[-1]):
+        before[..., k] = before[..., k - 1] | stop[..., k - 1]
+    return before
+
+
 def nstep_window(
     step: Tensor,
     newest: int | Tensor,
@@ -55,7 +67,7 @@ def nstep_window(
     done = terminated[slots, env3] & available
     cut = truncated[slots, env3] & ~terminated[slots, env3] & available
     stop = done | cut
-    stopped_before = (stop.cumsum(-1) - stop.long()) > 0
+    stopped_before = _any_before(stop)
     later = powers > 0
     include = available & ~stopped_before & ~(cut & later)
     # where(), not a product: steps outside the window may hold NaN sentinels.
