@@ -1,7 +1,8 @@
 """Is an asynchronous resume faithful? Uninterrupted runs against runs stopped and resumed, per seed.
 
 For each seed, one asynchronous run (CPU, 1 collector, 1 learner, the task's settings and ``--set``'s
-overrides, no evaluator) goes to ``--end`` iterations without a stop; another stops at ``--stop`` (its
+overrides, no evaluator, the ring as the collectors' only bound: ``testing.ASYNC_BAND_RUN``) goes to
+``--end`` iterations without a stop; another stops at ``--stop`` (its
 budget) and is resumed from its run folder to ``--end`` with its replay buffer and, with ``--empty``,
 once more from the same folder with ``algo.trainer.save_replay=false`` (an empty buffer: the variant a
 faithful resume must be told apart from). Each resume writes into a folder of its own. Each final
@@ -24,9 +25,9 @@ from pathlib import Path
 from _harness import add_output_args, machine, report
 
 from fastsac_trainer.api import train
-from fastsac_trainer.testing import ASYNC_CPU_QUIET, checkpoint_return
+from fastsac_trainer.testing import ASYNC_BAND_RUN, checkpoint_return
 
-COMMON = list(ASYNC_CPU_QUIET)
+COMMON = list(ASYNC_BAND_RUN)
 BUDGET = "algo.trainer.num_learning_iterations="
 
 

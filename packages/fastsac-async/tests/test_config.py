@@ -38,6 +38,7 @@ def test_an_unknown_ingest_mode_is_refused_before_anything_starts() -> None:
         ("num_learners", True, "at least 1 learner"),
         ("cpus_per_collector", 0, "None (unpinned)"),
         ("ring_capacity", 0, "positive slot count"),
+        ("max_lead", 0, "positive slot count, or None"),
         ("utd_mode", "fast", "strict or learner_bound"),
         ("weight_publish_interval", 0, "positive number of updates"),
         ("weight_poll_interval", -1, "positive number of env steps"),
@@ -64,6 +65,15 @@ def test_every_invalid_option_names_the_setting_the_value_and_the_fix(
 def test_the_defaults_are_valid() -> None:
     """AsyncOptions() builds: every default passes its own rule."""
     assert AsyncOptions().ring_capacity == 64
+
+
+def test_only_strict_collectors_wait_at_the_lead() -> None:
+    """max_lead bounds strict collectors (2 by default) below a full ring; learner_bound: the ring only."""
+    assert AsyncOptions().collector_lead() == 2
+    assert AsyncOptions(max_lead=None).collector_lead() is None
+    assert AsyncOptions(ring_capacity=4).collector_lead() is None  # the full ring is the same bound
+    assert AsyncOptions(ring_capacity=2, max_lead=8).collector_lead() is None
+    assert AsyncOptions(utd_mode="learner_bound", max_lead=2).collector_lead() is None
 
 
 def test_an_engine_spec_refuses_options_that_disagree_with_its_topology(tmp_path: Path) -> None:

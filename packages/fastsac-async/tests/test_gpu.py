@@ -125,6 +125,45 @@ def test_two_nccl_learners(tmp_path: Path) -> None:
     assert result.collector_steps == [40, 40] and result.updates == 2 * (40 - 3 + 1)
 
 
+def test_a_collector_on_a_cuda_ipc_ring_waits_at_its_lead() -> None:
+    """Over CUDA IPC too a collector stops at max_lead unread slots, and steps once one is read."""
+    from fastsac_async.collector.loop import Collector, CollectorSettings
+    from fastsac_core import InferencePolicy
+
+    envs, lead = 4, 2
+    cfg = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=8,
+                        buffer_size=16, num_updates=1, learning_starts=100, compile=False,
+                        cudagraphs=False, amp=False)  # fmt: skip
+    env = FakeBatchedEnv(envs, seed=1)
+    cursors = RingCursors.create(8)
+    consumer = CudaIpcRing.create_consumer(
+        RingLayout.of(envs, transition_fields(OBS, OBS + 1, ACT)), 8, "cuda:0", cursors.handle
+    )
+    producer = CudaIpcRing.attach_producer(consumer.producer_handle())
+    try:
+        collector = Collector(
+            settings=CollectorSettings(index=0, budget=100, learning_starts=100, weight_poll_interval=1,
+                                       idle_sleep_s=0.0, stats_interval=100, max_lead=lead),
+            env=env, ring=producer, weights=None, policy=InferencePolicy(env.dims, cfg),
+        )  # fmt: skip
+        while collector.step_once():
+            assert collector.steps <= lead
+        assert collector.steps == lead and not collector.step_once()
+        producer.flush()
+        deadline = time.monotonic() + 10
+        read = 0
+        while read == 0:
+            assert time.monotonic() < deadline, "the pushed slots never became readable"
+            read, _ = consumer.read_span(1)
+        consumer.commit_reads(read)
+        assert collector.step_once() and collector.steps == lead + 1
+    finally:
+        producer.close()
+        consumer.close()
+        cursors.close()
+        cursors.unlink()
+
+
 def test_every_slot_of_a_delayed_ipc_copy_reaches_the_replay_before_done() -> None:
     """A collector's last push over CUDA IPC lands in the replay before its learner votes done.
 

@@ -425,6 +425,27 @@ def test_one_ring_fills_the_replay_exactly_like_the_synchronous_loop(rings: Ring
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)  # unwritten rows are NaN
 
 
+@pytest.mark.parametrize(("max_lead", "stops_at"), [(3, 3), (None, 8)])
+def test_a_collector_waits_at_its_lead_though_its_ring_has_room(
+    rings: Rings, max_lead: int | None, stops_at: int
+) -> None:
+    """A collector stops at max_lead unread slots (else a full ring), and steps once one is read."""
+    ring = rings.make(4, 8)
+    env = FakeBatchedEnv(4, seed=1)
+    collector = Collector(
+        settings=CollectorSettings(index=0, budget=100, learning_starts=100, weight_poll_interval=1,
+                                   idle_sleep_s=0.0, stats_interval=100, max_lead=max_lead),
+        env=env, ring=ring, weights=None, policy=InferencePolicy(env.dims, CFG),
+    )  # fmt: skip
+    while collector.step_once():
+        assert collector.steps <= stops_at
+    assert (collector.steps, ring.size()) == (stops_at, stops_at)
+    assert not collector.step_once()
+    read, _ = ring.read_span(1)
+    ring.commit_reads(read)
+    assert collector.step_once() and collector.steps == stops_at + 1
+
+
 class _ScriptedFullness:
     """A real ring whose ``is_full`` answers from a script (then keeps the last answer), counting calls."""
 

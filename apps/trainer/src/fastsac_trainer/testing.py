@@ -13,6 +13,7 @@ from fastsac_trainer.reporting import EvalPoint, Snapshot
 from fastsac_trainer.tasks import get_task
 
 __all__ = [
+    "ASYNC_BAND_RUN",
     "ASYNC_CPU_QUIET",
     "CPU_SIZED",
     "TINY_PENDULUM",
@@ -101,8 +102,15 @@ ASYNC_CPU_QUIET = (
     "console=plain",
 )
 """An asynchronous CPU run that only trains: no evaluator, a checkpoint only at its end, few console
-lines (the async resume band's runs: its test and ``benchmarks/resume_band.py``). The caller names the
-task, the budget and the run folder."""
+lines. The caller names the task, the budget and the run folder."""
+
+ASYNC_BAND_RUN = (*ASYNC_CPU_QUIET, "algo.trainer.async_options.max_lead=null")
+"""The async resume band's runs (its test and ``benchmarks/resume_band.py``): ``ASYNC_CPU_QUIET`` with
+the ring as the collectors' only bound, as when the band was calibrated (the median replay resume
+inside in 7 of 7 sets). Under the default lead of 2 pendulum learns much faster: most seeds reach the
+task's cap of 200 by iteration 200, the three uninterrupted runs then make a band about 10 wide, and
+the test failed one set of four (wiki/benchmarks.md, "Asynchronous resume against uninterrupted
+runs"). What a resume restores does not depend on the lead."""
 
 
 def checkpoint_return(checkpoint: Path, task: str, episodes: int) -> float:

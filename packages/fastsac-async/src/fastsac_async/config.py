@@ -36,6 +36,10 @@ _RULES: dict[str, _Rule] = {
         "use a positive CPU count, or None (unpinned)",
     ),
     "ring_capacity": (lambda v: _count(v) and v >= 1, "use a positive slot count, e.g. 64"),
+    "max_lead": (
+        lambda v: v is None or (_count(v) and v >= 1),
+        "use a positive slot count, or None (the ring)",
+    ),
     "utd_mode": (lambda v: v in ("strict", "learner_bound"), "use strict or learner_bound"),
     "weight_publish_interval": (lambda v: _count(v) and v >= 1, "use a positive number of updates"),
     "weight_poll_interval": (lambda v: _count(v) and v >= 1, "use a positive number of env steps"),
@@ -68,6 +72,12 @@ class AsyncOptions:
     """CPUs given to each collector, carved from its node; None leaves collectors unpinned."""
     ring_capacity: int = 64
     """Slots per collector ring; each slot holds one env-step batch of that collector's envs."""
+    max_lead: int | None = 2
+    """strict mode: a collector waits while this many of its steps are still unread by its learner, so
+    the policy it acts with lags the data by at most about ``max_lead + max_ingest_per_iter`` steps, as
+    in the synchronous trainer (Note [strict lead] in ``collector.loop``); None, or a value of at
+    least ``ring_capacity``: the ring is the only bound. learner_bound ignores it: its collectors run
+    as far as the ring lets them."""
     utd_mode: Literal["strict", "learner_bound"] = "strict"
     """strict: num_updates per collected iteration; learner_bound: num_updates whenever data arrived."""
     weight_publish_interval: int = 4
@@ -116,3 +126,9 @@ class AsyncOptions:
             value = getattr(self, f.name)
             if rule is not None and not rule[0](value):
                 raise AsyncConfigError.of_option(f.name, value, rule[1])
+
+    def collector_lead(self) -> int | None:
+        """Unread steps at which a collector waits before its ring is full (None: only a full ring)."""
+        if self.utd_mode != "strict" or self.max_lead is None or self.max_lead >= self.ring_capacity:
+            return None
+        return self.max_lead

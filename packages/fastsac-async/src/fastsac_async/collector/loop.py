@@ -3,6 +3,21 @@
 The process entry point (:func:`fastsac_async.collector.process.run_collector`) builds a :class:`Collector`
 around attached shared memory; unit tests build one around in-process rings and call
 :meth:`Collector.step_once`.
+
+# Note [strict lead]
+In strict mode the learner owes ``num_updates`` per collected step, so a learner slower than its
+collectors holds them back: its rings fill and the collectors wait. How full they get decides how
+stale the acting policy is: a collector ``k`` unread steps ahead acts with weights that have not
+seen its last ``k`` steps, nor the updates those steps owe. With the whole 64-slot ring as the
+bound, pendulum on the dev machine ran about 62 steps ahead all run long, and its final evals fell
+from the synchronous trainer's 124-200 to 38-73 (6 seeds each, 400 steps); on Walker2d, six runs
+sharing one GPU, the async training return trailed the synchronous one by 50-70 k env steps early
+on (wiki/benchmarks.md). So a strict collector also waits while ``max_lead`` of its steps are
+unread (``AsyncOptions.max_lead``, 2 by default: pendulum's evals 99-200 then; 50-200 with 4). With
+the learner's own grant (``max_ingest_per_iter`` steps' updates) the policy then lags its data by
+about as little as the synchronous trainer's. A learner that keeps up never lets a ring hold that
+many for long, so the bound binds where staleness would have grown; learner_bound mode keeps the
+ring as its only bound.
 """
 
 from __future__ import annotations
@@ -44,6 +59,8 @@ class CollectorSettings:
     """Poll a full ring for up to this long before sleeping (0: sleep at once)."""
     stats_interval: int
     """Steps between stats snapshots (the first goes out after 10 steps)."""
+    max_lead: int | None = None
+    """Unread steps at which it waits as if its ring were full (Note [strict lead]); None: the ring."""
 
 
 class Collector:
@@ -156,17 +173,22 @@ class Collector:
             actions: np.ndarray = np.clip(self.policy(self._obs).cpu().numpy(), self._low, self._high)
             return actions
 
+    def _no_room(self) -> bool:
+        """The ring is full, or holds ``max_lead`` unread steps (Note [strict lead])."""
+        lead = self.settings.max_lead
+        return self.ring.is_full() if lead is None else self.ring.size() >= min(lead, self.ring.capacity)
+
     def _wait_for_room(self) -> None:
-        """Spin on the full ring for up to ``spin_s``, then (still full) sleep ``idle_sleep_s``."""
+        """Spin while there is no room for up to ``spin_s``, then (still none) sleep ``idle_sleep_s``."""
         deadline = time.perf_counter() + self.settings.spin_s
         while time.perf_counter() < deadline:
-            if not self.ring.is_full():
+            if not self._no_room():
                 return
         time.sleep(self.settings.idle_sleep_s)
 
     def step_once(self) -> bool:
-        """One env step and one pushed slot; False (nothing stepped) while the ring is full."""
-        if self.ring.is_full():
+        """One env step and one pushed slot; False (nothing stepped) while there is no room."""
+        if self._no_room():
             with self.timer.time("wait"):
                 self._wait_for_room()
             return False

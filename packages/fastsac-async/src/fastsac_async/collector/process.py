@@ -38,6 +38,7 @@ def collector_settings(spec: EngineSpec, index: int) -> CollectorSettings:
         idle_sleep_s=spec.options.idle_sleep_s,
         spin_s=spec.options.collector_spin_s,
         stats_interval=max(1, spec.run.logging_interval),
+        max_lead=spec.options.collector_lead(),
     )
 
 
