@@ -9,8 +9,8 @@ the curve is no fault). What is held to the band is the **median** of the three 
 second best: three seeds of this task spread widely, and single resumes fell just under the edge
 where the median did not; the median empty-buffer resume (``algo.trainer.save_replay=false``) falls
 below it in most sets. The runs keep the ring as their collectors' only bound (``ASYNC_BAND_RUN``:
-with the default lead of 2 most seeds reach the cap by ``END`` and the band shrinks to about 10). The
-measured sets: wiki/benchmarks.md, "Asynchronous resume against uninterrupted runs".
+with a bounded lead most seeds reach the cap by ``END`` and the band is too narrow). The measured
+sets: wiki/benchmarks.md, "Asynchronous resume against uninterrupted runs".
 """
 
 from __future__ import annotations

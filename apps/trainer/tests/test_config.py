@@ -88,6 +88,7 @@ def test_hydra_errors_become_one_line(overrides: list[str], expected: str) -> No
     [
         (f"{OPTS}.ring_capacity=-1", f"{OPTS}.ring_capacity", "positive"),
         (f"{OPTS}.ring_capacity=0", f"{OPTS}.ring_capacity", "positive"),
+        (f"{OPTS}.max_lead=0", f"{OPTS}.max_lead", "or null (the ring is the only bound)"),
         (f"{OPTS}.utd_mode=fast", f"{OPTS}.utd_mode", "strict or learner_bound"),
         (f"{OPTS}.ingest=lockstep", f"{OPTS}.ingest", "generations or ragged"),
         (f"{OPTS}.transition_ipc=maybe", f"{OPTS}.transition_ipc", "auto, on or off"),

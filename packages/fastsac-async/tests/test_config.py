@@ -68,10 +68,11 @@ def test_the_defaults_are_valid() -> None:
 
 
 def test_only_strict_collectors_wait_at_the_lead() -> None:
-    """max_lead bounds strict collectors (2 by default) below a full ring; learner_bound: the ring only."""
-    assert AsyncOptions().collector_lead() == 2
+    """max_lead bounds strict collectors (4 by default) below a full ring; learner_bound: the ring only."""
+    assert AsyncOptions().collector_lead() == 4
+    assert AsyncOptions(max_lead=2).collector_lead() == 2
     assert AsyncOptions(max_lead=None).collector_lead() is None
-    assert AsyncOptions(ring_capacity=4).collector_lead() is None  # the full ring is the same bound
+    assert AsyncOptions(ring_capacity=4).collector_lead() is None  # a full ring is the same bound
     assert AsyncOptions(ring_capacity=2, max_lead=8).collector_lead() is None
     assert AsyncOptions(utd_mode="learner_bound", max_lead=2).collector_lead() is None
 

@@ -68,13 +68,18 @@ def _with_run(spec: EngineSpec, **changes: Any) -> EngineSpec:
 def test_engine_runs_to_its_budget_and_cleans_up(
     tmp_path: Path, learners: int, ingest: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """2 collectors, 1 or 2 (gloo) learners, either ingest: budget reached, updates, weights, clean end."""
+    """2 collectors, 1 or 2 (gloo) learners, either ingest, a lead below the ring: budget, updates, clean end.
+
+    The lead is 1 under generations, which waits for every collector's step: no collector may starve it.
+    """
     monkeypatch.setenv(PROFILE_BOOT_ENV, "1")  # and each worker's boot profile, checked below
     ticks: list[EngineStats] = []
     boot: list[tuple[str, str]] = []
     collectors = 4 if ingest == "ragged" and learners == 2 else 2  # ragged: 2 env blocks on every rank
     spec = _spec(tmp_path, collectors, learners, 40)
-    spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, ingest=ingest))
+    lead = 1 if ingest == "generations" else 2
+    spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, ingest=ingest, max_lead=lead))
+    assert collector_settings(spec, 0).max_lead == lead
     result = run_engine(spec, ticks.append, lambda w, s: boot.append((w, s)))
     assert result.collector_steps == [40] * collectors
     assert result.global_step == 40

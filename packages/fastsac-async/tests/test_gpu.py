@@ -156,6 +156,8 @@ def test_a_collector_on_a_cuda_ipc_ring_waits_at_its_lead() -> None:
             assert time.monotonic() < deadline, "the pushed slots never became readable"
             read, _ = consumer.read_span(1)
         consumer.commit_reads(read)
+        while consumer.read_count < read:  # the read cursor goes out once the read's copy landed
+            assert time.monotonic() < deadline, "the read was never published"
         assert collector.step_once() and collector.steps == lead + 1
     finally:
         producer.close()

@@ -381,12 +381,16 @@ def test_a_profiled_learner_loop_logs_its_table_and_trains_the_same(
     assert len(logged) == 1 and "Self CPU time total" in logged[0], logged
 
 
-@pytest.mark.parametrize("raw", ["abc", "-3", "1.5", "40@", "@200", "40@x", "40@-1"])
-def test_an_invalid_profile_setting_names_the_variable_and_the_fix(raw: str) -> None:
-    """FASTSAC_PROFILE_LEARNER must be N or N@U (counts): anything else is refused with the fix."""
+def test_a_profile_setting_is_n_iterations_or_n_at_u_updates() -> None:
+    """FASTSAC_PROFILE_LEARNER: unset is none, N opens after the default updates, N@U after U."""
     assert profile_iterations({}) == 0 and profile_iterations({PROFILE_ENV: " 50 "}) == 50
     assert profile_window({PROFILE_ENV: "50"}) == ProfileWindow(50, PROFILE_AFTER_UPDATES)
     assert profile_window({PROFILE_ENV: " 40@20000 "}) == ProfileWindow(40, 20000)
+
+
+@pytest.mark.parametrize("raw", ["abc", "-3", "1.5", "40@", "@200", "40@x", "40@-1"])
+def test_an_invalid_profile_setting_names_the_variable_and_the_fix(raw: str) -> None:
+    """FASTSAC_PROFILE_LEARNER must be N or N@U (counts): anything else is refused with the fix."""
     with pytest.raises(AsyncConfigError, match=f"{PROFILE_ENV}='{re.escape(raw)}'.*unset it"):
         profile_iterations({PROFILE_ENV: raw})
 

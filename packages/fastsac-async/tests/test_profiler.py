@@ -41,6 +41,6 @@ def test_a_cuda_window_logs_the_device_table_and_a_busy_share(caplog: pytest.Log
     with caplog.at_level(logging.INFO):
         assert profiled(Stand(), 6, "learner0")  # type: ignore[arg-type]
     text = "\n".join(r.getMessage() for r in caplog.records)
-    match = re.search(r"kernels ran in ([\d.]+) % of the window", text)
+    match = re.search(r"kernels and copies ran in ([\d.]+) % of the window", text)
     assert match and re.search(r"Self (CUDA|Device)", text), text
     assert 20.0 < float(match.group(1)) < 80.0, match.group(0)

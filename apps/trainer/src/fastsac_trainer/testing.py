@@ -106,11 +106,10 @@ lines. The caller names the task, the budget and the run folder."""
 
 ASYNC_BAND_RUN = (*ASYNC_CPU_QUIET, "algo.trainer.async_options.max_lead=null")
 """The async resume band's runs (its test and ``benchmarks/resume_band.py``): ``ASYNC_CPU_QUIET`` with
-the ring as the collectors' only bound, as when the band was calibrated (the median replay resume
-inside in 7 of 7 sets). Under the default lead of 2 pendulum learns much faster: most seeds reach the
-task's cap of 200 by iteration 200, the three uninterrupted runs then make a band about 10 wide, and
-the test failed one set of four (wiki/benchmarks.md, "Asynchronous resume against uninterrupted
-runs"). What a resume restores does not depend on the lead."""
+the ring as the collectors' only bound, the setting the band was calibrated with. With a bounded
+lead pendulum learns much faster, most seeds end at the task's cap, and a three-seed band of them
+is too narrow to hold three resumes (wiki/benchmarks.md, "Asynchronous resume against uninterrupted
+runs")."""
 
 
 def checkpoint_return(checkpoint: Path, task: str, episodes: int) -> float:

@@ -72,12 +72,11 @@ class AsyncOptions:
     """CPUs given to each collector, carved from its node; None leaves collectors unpinned."""
     ring_capacity: int = 64
     """Slots per collector ring; each slot holds one env-step batch of that collector's envs."""
-    max_lead: int | None = 2
-    """strict mode: a collector waits while this many of its steps are still unread by its learner, so
-    the policy it acts with lags the data by at most about ``max_lead + max_ingest_per_iter`` steps, as
-    in the synchronous trainer (Note [strict lead] in ``collector.loop``); None, or a value of at
-    least ``ring_capacity``: the ring is the only bound. learner_bound ignores it: its collectors run
-    as far as the ring lets them."""
+    max_lead: int | None = 4
+    """strict mode: a collector waits while this many of its steps are still unread by its learner,
+    which bounds how stale the policy it acts with is (Note [strict lead] in ``collector.loop``);
+    None, or a value of at least ``ring_capacity``: the ring is the only bound. learner_bound ignores
+    it: its collectors run as far as the ring lets them."""
     utd_mode: Literal["strict", "learner_bound"] = "strict"
     """strict: num_updates per collected iteration; learner_bound: num_updates whenever data arrived."""
     weight_publish_interval: int = 4
@@ -92,12 +91,14 @@ class AsyncOptions:
     training, wiki/benchmarks.md); generations: a learner ingests env step k once every collector
     delivered it (one slot from each ring), keeping every env at one step count."""
     idle_sleep_s: float = 0.0005
-    """Back-off sleep of a collector facing a full ring or a learner with nothing to do."""
+    """Back-off sleep of a collector without room (a full ring, or its lead) or of a learner with
+    nothing to do."""
     collector_spin_s: float = 0.0
-    """A collector facing a full ring polls it for up to this long before each back-off sleep (0: sleep
-    at once). For collectors with CPUs of their own: on a VM an idle vCPU steps slower once it wakes
-    (wiki/benchmarks.md, Collector scaling); spinning keeps it busy. Leave 0 for unpinned collectors.
-    At most 1 s: a collector sees a stop request only between waits."""
+    """A collector without room (a full ring, or its lead) polls its ring for up to this long before
+    each back-off sleep (0: sleep at once). For collectors with CPUs of their own: on a VM an idle
+    vCPU steps slower once it wakes (wiki/benchmarks.md, Collector scaling); spinning keeps it busy.
+    Leave 0 for unpinned collectors. At most 1 s: a collector sees a stop request only between
+    waits."""
     collector_inference_device: str = "auto"
     """cpu, cuda, cuda:N, or auto (the owner learner's device)."""
     collector_compile: bool = False

@@ -26,8 +26,8 @@ class Window(NamedTuple):
 def _any_before(stop: Tensor) -> Tensor:
     """``out[..., k] = stop[..., :k].any(-1)`` along the window (its n is small: a few elementwise ops).
 
-    Not a ``cumsum``: on CUDA its scan kernel took 0.37 ms per sampled batch in Humanoid's run, where
-    n = 1 needs no work at all.
+    Not a ``cumsum``: a CUDA scan kernel per sampled batch for what n = 1 needs no work for
+    (wiki/benchmarks.md, Learner, "Inside a run").
     """
     before = torch.zeros_like(stop)
     for k in range(1, stop.shape[-1]):

@@ -113,6 +113,9 @@ _AUTO_FIXES = {
 }
 """The app's words for the two options that may also be ``auto`` (sized before the record is built)."""
 
+_NULL_FIXES = {"max_lead": "use a positive slot count, or null (the ring is the only bound)"}
+"""The app's words where the record's fix names Python's ``None``: on the command line it is ``null``."""
+
 _TOPOLOGY_PATHS = {
     "num_envs": "task.num_envs",
     "num_collectors": f"{_OPTS}.num_collectors",
@@ -185,7 +188,9 @@ def async_options(node: Mapping[str, Any]) -> AsyncOptions:
     except AsyncConfigError as error:
         assert error.setting is not None  # every AsyncOptions rule names its field
         raise ConfigError(
-            f"{_OPTS}.{error.setting}", error.value, _AUTO_FIXES.get(error.setting, error.fix)
+            f"{_OPTS}.{error.setting}",
+            error.value,
+            {**_AUTO_FIXES, **_NULL_FIXES}.get(error.setting, error.fix),
         ) from None
 
 

@@ -6,18 +6,19 @@ around attached shared memory; unit tests build one around in-process rings and 
 
 # Note [strict lead]
 In strict mode the learner owes ``num_updates`` per collected step, so a learner slower than its
-collectors holds them back: its rings fill and the collectors wait. How full they get decides how
-stale the acting policy is: a collector ``k`` unread steps ahead acts with weights that have not
-seen its last ``k`` steps, nor the updates those steps owe. With the whole 64-slot ring as the
-bound, pendulum on the dev machine ran about 62 steps ahead all run long, and its final evals fell
-from the synchronous trainer's 124-200 to 38-73 (6 seeds each, 400 steps); on Walker2d, six runs
-sharing one GPU, the async training return trailed the synchronous one by 50-70 k env steps early
-on (wiki/benchmarks.md). So a strict collector also waits while ``max_lead`` of its steps are
-unread (``AsyncOptions.max_lead``, 2 by default: pendulum's evals 99-200 then; 50-200 with 4). With
-the learner's own grant (``max_ingest_per_iter`` steps' updates) the policy then lags its data by
-about as little as the synchronous trainer's. A learner that keeps up never lets a ring hold that
-many for long, so the bound binds where staleness would have grown; learner_bound mode keeps the
-ring as its only bound.
+collectors holds them back: they wait for room in their rings. How far ahead they are when they wait
+decides how stale the acting policy is: a collector ``k`` unread steps ahead acts with weights that
+have not seen its last ``k`` steps, nor the updates those steps owe. With only a full ring as the
+bound (64 slots) that lag reached the whole ring and cost pendulum most of its return, and delayed
+Walker2d's learning per env step against the synchronous trainer (wiki/benchmarks.md, "The
+collectors' lead in strict mode"). So a strict collector also waits while ``max_lead`` of its
+steps are unread (``AsyncOptions.max_lead``). The policy then lags its data by at most ``max_lead``
+unread steps plus the updates the learner still owes (at most ``max_ingest_per_iter`` steps' worth,
+Note [strict back-pressure]); the synchronous trainer's lags by none. The bound also binds while a
+learner that keeps up pauses (an update chunk, a snapshot) where the ring used to absorb it, and a
+CUDA-IPC ring counts a slot as unread until its learner's next call publishes the read: what it
+costs a run's throughput is measured in wiki/benchmarks.md. learner_bound mode keeps the ring as its
+only bound.
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ class CollectorSettings:
     weight_poll_interval: int
     """Poll the weight channel every this many steps."""
     idle_sleep_s: float
-    """Sleep while the ring is full (back-pressure)."""
+    """Sleep while there is no room in the ring (back-pressure)."""
     spin_s: float = 0.0
-    """Poll a full ring for up to this long before sleeping (0: sleep at once)."""
+    """Poll the ring without room for up to this long before sleeping (0: sleep at once)."""
     stats_interval: int
     """Steps between stats snapshots (the first goes out after 10 steps)."""
     max_lead: int | None = None
-    """Unread steps at which it waits as if its ring were full (Note [strict lead]); None: the ring."""
+    """Unread steps at which it waits as if its ring were full (Note [strict lead]); None: the ring.
+    ``AsyncOptions.collector_lead`` decides it for a run."""
 
 
 class Collector:
@@ -176,7 +178,7 @@ class Collector:
     def _no_room(self) -> bool:
         """The ring is full, or holds ``max_lead`` unread steps (Note [strict lead])."""
         lead = self.settings.max_lead
-        return self.ring.is_full() if lead is None else self.ring.size() >= min(lead, self.ring.capacity)
+        return self.ring.is_full() or (lead is not None and self.ring.size() >= lead)
 
     def _wait_for_room(self) -> None:
         """Spin while there is no room for up to ``spin_s``, then (still none) sleep ``idle_sleep_s``."""

@@ -19,8 +19,9 @@ done): no rank is ever left alone inside a collective.
 One decision grants at most ``max_run`` updates (the rest stays owed), so a learner returns to its
 loop (stats, checkpoints, stop votes) at a steady cadence however far behind it is. In ``strict``
 mode a learner also stops draining its rings while more than ``max_run`` updates are owed
-(:meth:`TrainDecider.should_ingest`): the rings fill, the collectors wait on them, and the
-update-to-data ratio holds. Without that, collectors faster than the learner were never blocked,
+(:meth:`TrainDecider.should_ingest`): the rings fill, the collectors wait for room (a full ring,
+or their lead: Note [strict lead] in ``fastsac_async.collector.loop``), and the update-to-data ratio
+holds. Without that, collectors faster than the learner were never blocked,
 the debt grew without bound and was paid in ever longer bursts (seen on the H200 headline run).
 ``learner_bound`` never throttles collectors: that is its point.
 """

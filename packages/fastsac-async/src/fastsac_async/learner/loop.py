@@ -360,14 +360,15 @@ def run_learner_loop(
     name: str = "learner",
     compile_wait_s: float = 5.0,
 ) -> None:
-    """Run ``learner`` until it stops; profile ``profile`` iterations (0: none) after ``after_updates``.
+    """Run ``learner`` until it stops; profile ``profile`` iterations (0: none) after ``after_updates`` more.
 
     A background compile still running at the end is asked to stop and waited for up to
     ``compile_wait_s`` (Note [Compile in the background]).
     """
+    start = learner.updates  # a resumed learner starts at its checkpoint's count
     try:
         while learner.run_iteration():
-            if profile and learner.updates >= after_updates:
+            if profile and learner.updates - start >= after_updates:
                 if not profiled(learner, profile, name):
                     return
                 profile = 0

@@ -3,12 +3,14 @@
 ``FASTSAC_PROFILE_LEARNER=N`` (an environment variable of the trainer, inherited by its workers)
 makes each learner profile N loop iterations once it has run ``PROFILE_AFTER_UPDATES`` updates (so
 compilation and CUDA-graph capture are behind it), or once it has run U updates with ``N@U`` (a
-window in the steady state, after the update ratio's ramp), and write the operator table, sorted by host time,
-into its log (``runs/<run>/logs/learner<rank>.log``). That is the learner's host budget *in* a run,
-beside busy collectors, which a standalone benchmark cannot show. On a CUDA learner the log also
-gets the table sorted by device time and the share of the window in which the learner's own kernels
-ran (``busy_fraction``). The profiler sees only this process: the rest of the window the GPU was
-idle or ran other processes' kernels (the collectors' inference, the evaluator).
+window in the steady state: early on a learner still catches up the updates owed while it
+compiled), updates counted from this launch (a resumed run's too), and write the operator table,
+sorted by host time, into its log (``runs/<run>/logs/learner<rank>.log``). That is the learner's
+host budget *in* a run, beside busy collectors, which a standalone benchmark cannot show. On a CUDA
+learner the log also gets the table sorted by device time and the share of the window in which the
+learner's own GPU work ran (kernels and copies: ``busy_fraction``). The profiler sees only this
+process: the rest of the window the GPU was idle or ran other processes' kernels (the collectors'
+inference, the evaluator).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from typing import TYPE_CHECKING
 from fastsac_async.exceptions import AsyncConfigError
 
 if TYPE_CHECKING:
+    from torch.autograd.profiler_util import EventList
+    from torch.profiler import profile
+
     from fastsac_async.learner.loop import Learner
 
 __all__ = [
@@ -35,10 +40,11 @@ __all__ = [
 ]
 
 PROFILE_ENV = "FASTSAC_PROFILE_LEARNER"
-"""Environment variable: loop iterations to profile in each learner (unset or 0: none)."""
+"""Environment variable: ``N`` or ``N@U``, loop iterations to profile in each learner (after ``U``
+updates of this launch; unset or 0: none)."""
 
 PROFILE_AFTER_UPDATES = 200
-"""Updates a learner runs before its profiling window opens."""
+"""Updates a learner runs in this launch before its profiling window opens (without ``@U``)."""
 
 _log = logging.getLogger(__name__)
 
@@ -89,21 +95,21 @@ def busy_fraction(intervals: Iterable[tuple[float, float]], start: float, end: f
     return covered / (end - start)
 
 
-def _device_summary(prof: object) -> str:
-    """The device-time table and the learner's kernel busy share of the window ('' without kernels)."""
+def _device_summary(prof: profile, averages: EventList) -> str:
+    """The device-time table and the busy share of the learner's GPU work ('' without any)."""
     from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-    events = list(prof.events())  # type: ignore[attr-defined]
-    kernels = [e.time_range for e in events if e.device_type == DeviceType.CUDA]
-    if not kernels:
+    events = list(prof.events())  # type: ignore[no-untyped-call]
+    work = [e.time_range for e in events if e.device_type == DeviceType.CUDA]
+    if not work:
         return ""
     start = min(e.time_range.start for e in events)
     end = max(e.time_range.end for e in events)
-    busy = busy_fraction(((k.start, k.end) for k in kernels), start, end)
-    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=20)  # type: ignore[attr-defined]
+    busy = busy_fraction(((k.start, k.end) for k in work), start, end)
+    table = averages.table(sort_by="self_device_time_total", row_limit=20)  # type: ignore[no-untyped-call]
     return (
-        f"\nthe learner's kernels ran in {100 * busy:.1f} % of the window's {(end - start) / 1e3:.1f} ms"
-        f" (busy_fraction); by device time:\n{table}"
+        f"\nthe learner's kernels and copies ran in {100 * busy:.1f} % of the window's"
+        f" {(end - start) / 1e3:.1f} ms (busy_fraction); by device time:\n{table}"
     )
 
 
@@ -119,9 +125,10 @@ def profiled(learner: Learner, iterations: int, name: str) -> bool:
         while done < iterations and running:
             running = learner.run_iteration()
             done += 1
-    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+    averages = prof.key_averages()
+    table = averages.table(sort_by="self_cpu_time_total", row_limit=30)
     _log.info(
         "%s: profile of %d loop iterations (%d updates), by host time:\n%s%s",
-        name, done, learner.updates - updates, table, _device_summary(prof),
+        name, done, learner.updates - updates, table, _device_summary(prof, averages),
     )  # fmt: skip
     return running
