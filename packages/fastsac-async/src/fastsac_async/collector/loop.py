@@ -16,9 +16,9 @@ steps are unread (``AsyncOptions.max_lead``). The policy then lags its data by a
 unread steps plus the updates the learner still owes (at most ``max_ingest_per_iter`` steps' worth,
 Note [strict back-pressure]); the synchronous trainer's lags by none. The bound also binds while a
 learner that keeps up pauses (an update chunk, a snapshot) where the ring used to absorb it, and a
-CUDA-IPC ring counts a slot as unread until its learner's next call publishes the read: what it
-costs a run's throughput is measured in wiki/benchmarks.md. learner_bound mode keeps the ring as its
-only bound.
+CUDA-IPC ring counts a slot as unread until its learner's next call publishes the read: what that
+costs a run's throughput on the GPU host is why the default is 4, not 2 (wiki/decisions.md).
+learner_bound mode keeps the ring as its only bound.
 """
 
 from __future__ import annotations
