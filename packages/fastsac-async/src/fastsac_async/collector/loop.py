@@ -96,6 +96,10 @@ class Collector:
         self.settings = settings
         self.env = env
         self.ring = ring
+        # Unread steps at which it waits (None: a full ring); a lead of a full ring or more is the ring.
+        self._lead = (
+            None if settings.max_lead is None or settings.max_lead >= ring.capacity else settings.max_lead
+        )
         self.weights = weights
         self.policy = policy
         self.steps = start_steps
@@ -177,8 +181,7 @@ class Collector:
 
     def _no_room(self) -> bool:
         """The ring is full, or holds ``max_lead`` unread steps (Note [strict lead])."""
-        lead = self.settings.max_lead
-        return self.ring.is_full() or (lead is not None and self.ring.size() >= lead)
+        return self.ring.is_full() if self._lead is None else self.ring.size() >= self._lead  # one read
 
     def _wait_for_room(self) -> None:
         """Spin while there is no room for up to ``spin_s``, then (still none) sleep ``idle_sleep_s``."""
