@@ -7,10 +7,12 @@ CUDA graphs); eval and export then read the CUDA-trained checkpoint in a process
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from fastsac_async.run_layout import RunLayout
@@ -64,12 +66,16 @@ def test_a_run_compiling_in_the_background_ends_before_its_switch_and_its_resume
     first = learner_log.read_text()
     assert _iteration(run_dir) == 4 and "Traceback" not in first and bg_failed not in first, first
     assert "switched at update" not in first, "4 iterations end while the steps still compile"
+    # Its compile warmer (Note [compile warmer]) was killed with the learner, not left behind.
+    warmers = re.findall(r"compile warmer started \(pid (\d+)\)", first)
+    assert len(warmers) == 1 and not psutil.pid_exists(int(warmers[0])), first
     # Long enough for the compile (the 14-collector Humanoid run's took 65 s), then the time limit.
     resumed = _run([f"resume={run_dir}", "algo.trainer.num_learning_iterations=100000000",
                     "algo.trainer.save_interval=100000", "algo.trainer.time_limit_s=120", "console=plain"],
                    tmp_path)  # fmt: skip
     log = learner_log.read_text()
     assert "switched at update" in log and "Traceback" not in log and bg_failed not in log, log
+    assert "compile warmer done after" in log and "building from the cache" in log, log
     assert "compiled switch" in resumed and _iteration(run_dir) > 4, resumed
 
 

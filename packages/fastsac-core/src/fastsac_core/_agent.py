@@ -10,7 +10,7 @@ prepares the batch (normalizer statistics merged over ranks, normalisation) and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -20,6 +20,7 @@ from torch import Tensor
 from . import _state
 from ._background_compile import BackgroundCompile
 from ._compile_cache import use_compile_cache
+from ._compile_warmer import CompileWarmer, WarmerJob, warmer_refusal
 from ._distributed import ProcessGroup, sync_normalizer_stats, sync_reward_scale
 from ._execution import ExecutionPolicy
 from ._flat import flatten_into, numel_of, unflatten_into
@@ -89,6 +90,7 @@ class FastSACAgent:
         execution: How the steps run; None: ``ExecutionPolicy.choose(cfg, device, world_size)``.
         compile_context: Makes the context a background compile builds in (Note [Compile in the
             background]); None: none.
+        compile_cpus: CPUs a compile warmer runs on (Note [compile warmer]); None: this process's.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class FastSACAgent:
         process_group: ProcessGroup | None = None,
         execution: ExecutionPolicy | None = None,
         compile_context: Callable[[], AbstractContextManager[object]] | None = None,
+        compile_cpus: Collection[int] | None = None,
     ) -> None:
         self.dims, self.cfg = dims, cfg
         self.device = torch.device(device)
@@ -110,6 +113,8 @@ class FastSACAgent:
         self.buffer = buffer
         self.execution = execution or ExecutionPolicy.choose(cfg, self.device, world_size)
         """How the steps and the batch preparation run (chosen once)."""
+        # First of all: the warmer's compile overlaps everything that follows (Note [compile warmer]).
+        warmer = self._start_warmer(compile_cpus)
         step_graphs = self.execution.graphs == "step"
         self.update_idx = 0
         """Critic updates done so far (persistent across calls; gates the actor step)."""
@@ -145,10 +150,26 @@ class FastSACAgent:
         self.compiled_at: int | None = 0 if e.compile_steps and not e.background else None
         """The update the compiled steps took over at (0: from the start); None while the steps are eager
         (a background compile still running or failed, or a policy without ``compile_steps``)."""
-        self._background = BackgroundCompile(self, cfg.num_updates, compile_context) if e.background else None
+        self._background = (
+            BackgroundCompile(self, cfg.num_updates, compile_context, warmer) if e.background else None
+        )
         self._closed: BackgroundCompile | None = None
         """A closed build (``close``), whose thread may still be ending."""
         self._maybe_start_compile()
+
+    def _start_warmer(self, cpus: Collection[int] | None) -> CompileWarmer | None:
+        """A compile warmer for this agent's background compile, if one can help (Note [compile warmer])."""
+        refusal = warmer_refusal(self.cfg, self.execution)
+        if refusal is not None:
+            if self.execution.background:
+                log.info("no compile warmer: %s", refusal)
+            return None
+        job = WarmerJob(
+            dims=self.dims, cfg=self.cfg, execution=self.execution, device=str(self.device),
+            num_envs=self.buffer.num_envs, world_size=self.world_size, updates=self.cfg.num_updates,
+            cpus=tuple(sorted(cpus)) if cpus else None,
+        )  # fmt: skip
+        return CompileWarmer.start(job)
 
     def _may_capture(self) -> bool:
         """Whether a step graph may capture now: not while a compile thread runs (its Note)."""

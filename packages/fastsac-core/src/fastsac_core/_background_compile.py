@@ -25,9 +25,12 @@ ends before then never compiles.
    optimizers: same shapes, dtypes, device, ``capturable`` and ``fused``), of the normalizers, and a
    synthetic batch from a private generator. Nothing draws from the global RNG, so the run's random
    stream is the same with or without the thread.
-2. On the thread, once started (``start``): ``UpdateSteps`` of the full policy on the copy, whose
-   compiled critic and actor steps run a few times on the synthetic batch (a compiled function compiles
-   at its first call, which also executes it: so on the copy, never on the real state), and the
+2. On the thread, once started (``start``): first, when the agent started a compile warmer (a process
+   that compiles this same build on a scratch agent into the on-disk cache: Note [compile warmer]), a
+   wait for it, so the build below finds its graphs in the cache; then ``UpdateSteps`` of the full
+   policy on the copy, whose compiled critic and actor steps run a few times on the synthetic batch (a
+   compiled function compiles at its first call, which also executes it: so on the copy, never on the
+   real state), and the
    compiled batch preparation on the copied normalizers (for the same shapes, inductor's caches then
    hold its kernels). On CUDA it runs on its own stream, synchronised before the thread says it is
    done, and with inductor's per-thread CUDA graph state of its own (torch 2.11 asserts without it when
@@ -74,10 +77,12 @@ import torch
 from torch import Tensor
 
 from ._batch import Batch
+from ._compile_warmer import WARMER_WAIT_S
 from ._steps import UpdateSteps
 
 if TYPE_CHECKING:
     from ._agent import FastSACAgent
+    from ._compile_warmer import CompileWarmer
 
 __all__ = ["BackgroundCompile"]
 
@@ -142,6 +147,8 @@ class BackgroundCompile:
         updates: Updates per ``update`` call the preparation is compiled for (the usual chunk).
         context: Makes the context the thread builds in (None: none); the asynchronous learner lends
             the thread its collectors' CPUs with it.
+        warmer: A compile warmer filling the cache with the same build; the thread waits for it first
+            and ``close`` kills it (Note [compile warmer]).
     """
 
     def __init__(
@@ -149,8 +156,10 @@ class BackgroundCompile:
         agent: FastSACAgent,
         updates: int,
         context: Callable[[], AbstractContextManager[object]] | None = None,
+        warmer: CompileWarmer | None = None,
     ) -> None:
         self._context = context or contextlib.nullcontext
+        self._warmer = warmer
         self.policy = agent.execution
         self._started_at = 0.0
         self.seconds = 0.0
@@ -215,23 +224,50 @@ class BackgroundCompile:
     def close(self, timeout_s: float = 5.0) -> None:
         """Ask the thread to stop after its current call and join it for at most ``timeout_s``.
 
-        A thread not yet started never starts.
+        A thread not yet started never starts; a warmer still running is killed.
         """
         self._stop.set()
+        if self._warmer is not None:
+            self._warmer.close()
         if self.started:
             self._thread.join(timeout_s)
 
+    def build_here(self) -> None:
+        """Build in the calling thread, in the owner's context (a compile warmer's process); raises."""
+        if self._device.type == "cuda":
+            give_thread_cudagraph_state()
+        with self._context(), self._stream():
+            self._build()
+
     def _run(self) -> None:
         try:
-            if self._device.type == "cuda":
-                give_thread_cudagraph_state()
-            with self._context(), self._stream():
-                self._build()
+            self._wait_for_warmer()
+            if not self._stop.is_set():
+                self.build_here()
         except BaseException as exc:  # reported by the agent on its own thread
             self.error = exc
         finally:
             self.seconds = time.perf_counter() - self._started_at
             self._done.set()
+
+    def _wait_for_warmer(self) -> None:
+        """Let the warmer fill the compile cache first (Note [compile warmer]); say how it ended."""
+        warmer = self._warmer
+        if warmer is None:
+            return
+        outcome = warmer.wait(WARMER_WAIT_S, stop=self._stop)
+        if self._stop.is_set():
+            return
+        if outcome is None:
+            log.warning("compile warmer still running after %.0f s; stopped, compiling here", WARMER_WAIT_S)
+        elif outcome.ok:
+            log.info("compile warmer done after %.1f s (%s); building from the cache", outcome.seconds,
+                     outcome.detail)  # fmt: skip
+        else:
+            log.warning(
+                "compile warmer failed after %.1f s (%s); compiling here", outcome.seconds, outcome.detail
+            )
+        warmer.close()
 
     @contextlib.contextmanager
     def _stream(self) -> Iterator[None]:

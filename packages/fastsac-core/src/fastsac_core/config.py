@@ -183,6 +183,11 @@ class FastSACConfig:
     ``cudagraph_scope=regions`` always compile first. Only in a process that ends with ``os._exit`` (a
     worker: the asynchronous learner). Off by default: the first update comes far earlier, the returns
     later (wiki/benchmarks.md, "Compile in the background")."""
+    compile_warmer: bool = True
+    """With ``compile_in_background``: compile the same steps first in a separate process into the
+    on-disk compile cache, started with the agent, and build the background compile from that cache
+    once it is done (Note [compile warmer]): the compile shares no GIL with the training thread and
+    starts before the first update. Needs the compile cache (``FASTSAC_COMPILE_CACHE`` not ``off``)."""
     compile_optimizer: bool = True
     """With ``compile`` on CUDA: compile each update step whole, optimizer steps included. False:
     compile only the losses and their backward, and run the optimizer steps (fused Adam) and the

@@ -57,6 +57,7 @@ def tiny_config(**overrides: Any) -> FastSACConfig:
         "policy_frequency": 2,
         "compile": False,
         "compile_in_background": False,  # a test that compiles compares the compiled steps from the start
+        "compile_warmer": False,  # a background compile builds in its own process only where a test asks
     }
     base.update(overrides)
     return FastSACConfig(**base)

@@ -179,10 +179,13 @@ def _agent(
     buffer = ReplayBuffer.of(spec.run.dims, spec.agent, layout.num_envs, device=device, blocks=layout.blocks)
     mark(f"replay buffer of {buffer.capacity * buffer.num_envs:,} transitions allocated on {device}")
     # A background compile builds on the collectors' CPUs too (Note [compile on borrowed CPUs]).
-    lend = functools.partial(borrowed_cpus, compile_cpus(spec, rank), beside_main=True)
+    # So does its compile warmer, a process of its own (Note [compile warmer] in fastsac_core).
+    cpus = compile_cpus(spec, rank)
+    lend = functools.partial(borrowed_cpus, cpus, beside_main=True)
     agent = FastSACAgent(
-        spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec), compile_context=lend
-    )
+        spec.run.dims, spec.agent, device, buffer=buffer, world_size=learner_world(spec),
+        compile_context=lend, compile_cpus=cpus,
+    )  # fmt: skip
     mark("agent built")
     if spec.run.resume_from is None:
         return agent, 0, 0, 0
