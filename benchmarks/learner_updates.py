@@ -9,6 +9,8 @@ sampling and normalisation.
     uv run --frozen python benchmarks/learner_updates.py --batch-sizes 1024 --calls 2 --threads 2
     uv run --frozen python benchmarks/learner_updates.py --task humanoid --batch-sizes 7168  # headline's
     uv run --frozen python benchmarks/learner_updates.py --modes compiled step eager-step step-eager-prep
+    uv run --frozen python benchmarks/learner_updates.py --task humanoid --batch-sizes 7168 --modes step \
+        --calls 3 --warmup 1 --compile-report   # where a cold compile goes (an empty compile cache)
 
 ``--task`` takes that task's agent settings instead (e.g. humanoid: policy_frequency 2), so the figure
 compares with a trainer run of the task. ``--modes`` (see ``MODES``): ``step`` is the default training
@@ -131,6 +133,27 @@ def host_profile(agent: FastSACAgent, device: str, calls: int) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
+def compile_report() -> None:
+    """Print where the compiles so far went (dynamo's phase totals), the graphs and the breaks; then reset."""
+    from torch._dynamo.utils import compile_times, counters
+
+    names, values = compile_times(repr="csv", aggregate=True)
+    totals = dict(zip(names, (float(v) for v in values), strict=True))
+    print("| compile phase | seconds (all calls) |\n|---|---:|")
+    for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"| {name} | {seconds:.2f} |")
+    for group in ("stats", "inductor", "aot_autograd"):
+        print(f"{group}: {dict(counters[group])}")
+    breaks = counters["graph_break"]
+    print(f"graph breaks: {sum(breaks.values())}")
+    for reason, count in breaks.most_common(8):
+        lines = [line.strip() for line in reason.splitlines() if line.strip()]
+        why = next((line for line in lines if line.startswith("Explanation:")), "")
+        print(f"  {count} x {lines[0][:80]} {why[:120]}")
+    torch._dynamo.reset()
+    counters.clear()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -144,6 +167,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA instead of bf16 autocast")
     parser.add_argument("--profile", type=int, default=0, help="then profile this many calls (host view)")
+    parser.add_argument(
+        "--compile-report", action="store_true",
+        help="after each mode: dynamo's compile times per phase, its graphs and their breaks",
+    )  # fmt: skip
     parser.add_argument(
         "--own-critic-obs", action="store_true",
         help="store and normalise a critic observation of its own (as before critic_obs_is_obs)",
@@ -179,6 +206,8 @@ def main() -> None:
             print(f"| {batch_size} | {mode} | {rate:.1f} | {first:.1f} |", flush=True)
             if args.profile:
                 host_profile(agent, args.device, args.profile)
+            if args.compile_report:
+                compile_report()
 
 
 if __name__ == "__main__":
