@@ -10,7 +10,9 @@ final checkpoint is evaluated deterministically on the same CPUs (``trainer eval
 user measures it. The table gives, per run: the eval return (mean, std, min over the episodes), the mean
 episode length, the best and the last in-run eval (``eval/return``: a final checkpoint far below its
 run's last eval fell in the last seconds), env steps, the replay reuse (``async/reuse``: gradient
-samples per collected transition), the seconds from launch to the first update and to the exit; then one
+samples per collected transition), the seconds from launch to the first update, to the compiled switch
+(``perf/compiled``; the first update itself unless ``compile_in_background``) and to the exit, and with
+``--reach R`` / ``--reach-eval R`` to the first training return / in-run eval of at least R; then one
 row per configuration: the mean over seeds and the lowest seed. ``--json PATH`` keeps the rows, and beside it
 each run's scalar series (``PATH-stem.RUN.curves.json``: seconds from launch, step, value) and its
 logs folder (``PATH-stem.RUN.logs/``: the boot marks of every worker).
@@ -112,6 +114,7 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
     returns = scalars.get("rollout/mean_return", [])
     reuse = scalars.get("async/reuse", [])
     updating = [wall for wall, _, v in scalars.get("perf/updates_per_s", []) if v > 0]
+    switched = [wall for wall, _, v in scalars.get("perf/compiled", []) if v > 0]
     evals = [v for _, _, v in scalars.get("eval/return", [])]
     row.update(
         {
@@ -125,9 +128,15 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
             "env steps": returns[-1][1] if returns else 0,
             "reuse": reuse[-1][2] if reuse else float("nan"),
             "1st update s": updating[0] - launched.start_epoch if updating else float("nan"),
+            "switch s": switched[0] - launched.start_epoch if switched else float("nan"),
             "wall s": run.wall_s,
         }
     )
+    reach = (("rollout/mean_return", "train", args.reach), ("eval/return", "eval", args.reach_eval))
+    for tag, name, target in reach:
+        if target is not None:  # seconds from launch to the first tick at or above the target
+            hits = [wall for wall, _, v in scalars.get(tag, []) if v >= target]
+            row[f"{name}>={target:g} s"] = hits[0] - launched.start_epoch if hits else float("nan")
     if args.json is not None:  # every series, seconds from launch: the curves behind the row
         curves = {tag: [(wall - launched.start_epoch, step, value) for wall, step, value in series]
                   for tag, series in scalars.items()}  # fmt: skip
@@ -173,6 +182,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=4, help="runs at once, each on 1/K of the CPUs")
     parser.add_argument("--time-limit", type=float, default=150.0, help="seconds of training per run")
     parser.add_argument("--boot-allowance", type=float, default=150.0, help="seconds past the limit to exit")
+    parser.add_argument("--reach", type=float, default=None, help="also: seconds to a training return R")
+    parser.add_argument("--reach-eval", type=float, default=None, help="also: seconds to an in-run eval R")
     parser.add_argument("--episodes", type=int, default=10, help="eval episodes of each final checkpoint")
     parser.add_argument("--runs-root", type=Path, default=Path("/tmp/sweep_runs"))
     add_output_args(parser)
