@@ -76,6 +76,8 @@ def test_a_run_compiling_in_the_background_ends_before_its_switch_and_its_resume
     log = learner_log.read_text()
     assert "switched at update" in log and "Traceback" not in log and bg_failed not in log, log
     assert "compile warmer done after" in log and "building from the cache" in log, log
+    from_cache = r"compiled update ready after [\d.]+ s \(\d+ graph\(s\) from the compile cache, 0 compiled\)"
+    assert re.search(from_cache, log), log
     assert "compiled switch" in resumed and _iteration(run_dir) > 4, resumed
 
 

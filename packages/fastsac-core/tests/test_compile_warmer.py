@@ -76,6 +76,8 @@ def _check_switch_from_the_warm_cache(result: dict[str, object]) -> None:
     lines = [str(line) for line in result["lines"]]  # type: ignore[attr-defined]
     done = [line for line in lines if line.startswith("compile warmer done")]
     assert len(done) == 1 and "0 found in the cache" in done[0], lines
+    switched = [line for line in lines if line.startswith("compiled update ready after")]
+    assert len(switched) == 1 and "from the compile cache, 0 compiled)" in switched[0], lines
     assert result["compiled"] and result["finite"], result
     # The agent's own build compiled nothing: every graph came from the warmer's entries.
     assert result.get("fxgraph_cache_miss", 0) == 0 and int(result.get("fxgraph_cache_hit", 0)) >= 1, result  # type: ignore[call-overload]

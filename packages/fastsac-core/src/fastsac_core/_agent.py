@@ -231,7 +231,9 @@ class FastSACAgent:
         self.model, self.steps = build.model, build.steps
         self._accumulate_fn, self._normalize_fn = self._preparation(self.execution.compile_prepare)
         self.compiled_at = self.update_idx
-        log.info("compiled update ready after %.1f s; switched at update %d", build.seconds, self.update_idx)
+        cache = f" ({build.cache_note})" if build.cache_note else ""
+        log.info("compiled update ready after %.1f s%s; switched at update %d",
+                 build.seconds, cache, self.update_idx)  # fmt: skip
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop a background compile still running (joined for at most ``timeout_s``); idempotent.

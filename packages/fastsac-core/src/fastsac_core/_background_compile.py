@@ -44,7 +44,8 @@ ends before then never compiles.
    the agent's steps. The batch preparation is compiled again for the real normalizers (a short trace;
    the kernels come from the warm cache). With ``graphs="step"`` the steps are ``StepGraph``s that warm
    up and capture at their next calls, on the agent's thread, as at any start. The switch is logged
-   (``compiled update ready after X s; switched at update N``) and ``FastSACAgent.compiled`` turns True.
+   (``compiled update ready after X s (N graph(s) from the compile cache, M compiled); switched at
+   update K``; the part in brackets with inductor only) and ``FastSACAgent.compiled`` turns True.
 4. A compile that fails leaves the interim steps in place: one warning naming the reason, and training
    goes on eagerly. ``close`` asks the thread to stop between its calls and joins it (bounded); the
    thread is a daemon, so a compile that outlasts a short run does not hold the process at exit. A
@@ -139,6 +140,14 @@ def give_thread_cudagraph_state() -> None:
     torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
 
 
+def _graph_counts() -> tuple[int, int]:
+    """Inductor's graphs found in the compile cache and compiled so far in this process."""
+    from torch._dynamo.utils import counters
+
+    inductor = counters["inductor"]
+    return inductor.get("fxgraph_cache_hit", 0), inductor.get("fxgraph_cache_miss", 0)
+
+
 class BackgroundCompile:
     """The compiled steps of ``agent``'s policy, built on a scratch copy in a daemon thread.
 
@@ -165,6 +174,8 @@ class BackgroundCompile:
         self.seconds = 0.0
         """How long the build took (set when it ends)."""
         self.error: BaseException | None = None
+        self.cache_note = ""
+        """What the build found in the compile cache and compiled itself (set when it ends)."""
         """Why the build failed (None: it did not, or has not yet)."""
         self.steps: UpdateSteps | None = None
         """The compiled steps on ``model`` (None until built)."""
@@ -243,7 +254,11 @@ class BackgroundCompile:
         try:
             self._wait_for_warmer()
             if not self._stop.is_set():
+                before = _graph_counts()
                 self.build_here()
+                found, compiled = (after - then for after, then in zip(_graph_counts(), before, strict=True))
+                if found or compiled:
+                    self.cache_note = f"{found} graph(s) from the compile cache, {compiled} compiled"
         except BaseException as exc:  # reported by the agent on its own thread
             self.error = exc
         finally:
