@@ -164,8 +164,11 @@ class FastSACAgent:
             if self.execution.background:
                 log.info("no compile warmer: %s", refusal)
             return None
+        device = self.device
+        if device.type == "cuda" and device.index is None:  # the GPU "cuda" means here, not in the warmer
+            device = torch.device("cuda", torch.cuda.current_device())
         job = WarmerJob(
-            dims=self.dims, cfg=self.cfg, execution=self.execution, device=str(self.device),
+            dims=self.dims, cfg=self.cfg, execution=self.execution, device=str(device),
             num_envs=self.buffer.num_envs, world_size=self.world_size, updates=self.cfg.num_updates,
             cpus=tuple(sorted(cpus)) if cpus else None,
         )  # fmt: skip

@@ -252,7 +252,7 @@ def build(job: WarmerJob) -> dict[str, Any]:
     from ._replay import ReplayBuffer
 
     device = torch.device(job.device)
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
     # The buffer's capacity appears in no compiled graph: a scratch agent keeps the smallest one.
     small = dataclasses.replace(job.cfg, buffer_size=job.cfg.num_steps + 1)
