@@ -113,8 +113,6 @@ class FastSACAgent:
         self.buffer = buffer
         self.execution = execution or ExecutionPolicy.choose(cfg, self.device, world_size)
         """How the steps and the batch preparation run (chosen once)."""
-        # First of all: the warmer's compile overlaps everything that follows (Note [compile warmer]).
-        warmer = self._start_warmer(compile_cpus)
         step_graphs = self.execution.graphs == "step"
         self.update_idx = 0
         """Critic updates done so far (persistent across calls; gates the actor step)."""
@@ -150,9 +148,17 @@ class FastSACAgent:
         self.compiled_at: int | None = 0 if e.compile_steps and not e.background else None
         """The update the compiled steps took over at (0: from the start); None while the steps are eager
         (a background compile still running or failed, or a policy without ``compile_steps``)."""
-        self._background = (
-            BackgroundCompile(self, cfg.num_updates, compile_context, warmer) if e.background else None
-        )
+        # The warmer before the build's set-up (its deep copy, inductor's import): the warmer's compile
+        # overlaps that and all that follows (Note [compile warmer]).
+        warmer = self._start_warmer(compile_cpus)
+        try:
+            self._background = (
+                BackgroundCompile(self, cfg.num_updates, compile_context, warmer) if e.background else None
+            )
+        except BaseException:  # an agent that never came to be leaves no warmer running
+            if warmer is not None:
+                warmer.close()
+            raise
         self._closed: BackgroundCompile | None = None
         """A closed build (``close``), whose thread may still be ending."""
         self._maybe_start_compile()

@@ -172,11 +172,11 @@ class BackgroundCompile:
         self.policy = agent.execution
         self._started_at = 0.0
         self.seconds = 0.0
-        """How long the build took (set when it ends)."""
+        """From the thread's start to the build's end, a wait for the warmer included (set at the end)."""
         self.error: BaseException | None = None
+        """Why the build failed (None: it did not, or has not yet)."""
         self.cache_note = ""
         """What the build found in the compile cache and compiled itself (set when it ends)."""
-        """Why the build failed (None: it did not, or has not yet)."""
         self.steps: UpdateSteps | None = None
         """The compiled steps on ``model`` (None until built)."""
         self.model = copy.deepcopy(agent.model)
@@ -235,11 +235,12 @@ class BackgroundCompile:
     def close(self, timeout_s: float = 5.0) -> None:
         """Ask the thread to stop after its current call and join it for at most ``timeout_s``.
 
-        A thread not yet started never starts; a warmer still running is killed.
+        A thread not yet started never starts; a warmer still running is killed (and reaped, for at
+        most a second more than ``timeout_s``).
         """
         self._stop.set()
         if self._warmer is not None:
-            self._warmer.close()
+            self._warmer.close(wait_s=timeout_s + 1.0)
         if self.started:
             self._thread.join(timeout_s)
 

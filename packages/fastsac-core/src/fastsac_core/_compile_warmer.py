@@ -3,38 +3,42 @@
 # Note [compile warmer]
 
 A background compile (Note [Compile in the background]) builds the compiled steps in a thread of the
-training process, and on the GPU host that build took about 60 s beside a training learner against
-about 37 s for a compile first (wiki/benchmarks.md, "Compile in the background"): dynamo, AOT autograd
-and inductor's lowering are Python and share the GIL with the training thread, and the thread starts
-only once the interim steps are captured. A warm compile cache cuts the same build to a few seconds
-(dynamo traces again, AOT autograd's and inductor's entries and the compiled kernels load).
+training process. There its Python half (dynamo, AOT autograd, inductor's lowering) takes turns with
+the training thread on one GIL, and it starts only once the interim steps are captured, so on the
+GPU host it switched well after a compile first would have (wiki/benchmarks.md, "Compile in the
+background"). A warm compile cache cuts the same build to a few seconds: dynamo traces again, AOT
+autograd's and inductor's entries and the compiled kernels load.
 
-So with ``compile_warmer`` the agent starts, at its construction, a *warmer*: a separate Python
-process (``python -m fastsac_core._compile_warmer``) that builds a scratch agent of the same dims,
-settings, execution policy, device and envs, and runs ``BackgroundCompile``'s build on it: the very
-functions, shapes and synthetic batches the agent's own build compiles, so every graph it compiles
-lands in the shared cache (Note [compile cache]) under the key the agent's build looks up. The compile
-thread, once started, first waits for the warmer (``CompileWarmer.wait``, bounded by
+So with ``compile_warmer`` the agent starts at its construction, before the build's own set-up (its
+deep copy, inductor's import), a *warmer*: a separate Python process (``python -m
+fastsac_core._warmer_process``) that builds a scratch agent of the same dims, settings, execution
+policy, device and envs, and runs ``BackgroundCompile``'s build on it: the very functions, shapes and
+synthetic batches the agent's own build compiles, so every graph it compiles lands in the shared
+cache (Note [compile cache]) under the key the agent's build looks up.
+The compile thread, once started, first waits for the warmer (``CompileWarmer.wait``, bounded by
 ``WARMER_WAIT_S``) and then builds from the warm cache. Nothing of the warmer's model reaches the
 agent: the cache holds compiled code only.
 
-* Its job travels pickled on its stdin; its stdout is moved onto its stderr at once (which it shares
-  with the agent's process: its warnings land in the same log), and the one line of its result (JSON:
-  seconds, graphs compiled and found, or the error) goes to the saved stdout pipe at the end.
+* Its job travels pickled on its stdin; its stdout and stderr are the starting process's (its
+  warnings land in the same log), and its result (one JSON line: when it ended, graphs compiled and
+  found, or the error) comes back on a pipe of its own, whose descriptor the job names.
 * It runs on the CPUs it is given (a learner gives its own and its collectors': Note [compile on
-  borrowed CPUs] in ``fastsac_async``) with that many inductor compile workers, and on the agent's
-  device (a cache entry is specific to the GPU model).
-* It dies with the thread that started it (``PR_SET_PDEATHSIG``; it exits at once if that process
-  is already gone), and ``close`` kills it (bounded), so no warmer outlives its agent.
-* It is started only where it can help: a background compile, caches on (``FASTSAC_COMPILE_CACHE``
-  not ``off``) and a backend named by a string (a callable cannot travel to another process).
-  ``warmer_refusal`` says why not otherwise.
-* A warmer that fails, exits without a result or outlasts ``WARMER_WAIT_S`` costs nothing but time:
-  the thread logs one warning and compiles from whatever the cache holds, as without a warmer.
+  borrowed CPUs] in ``fastsac_async``), set by the starting process as soon as it exists, with that
+  many inductor compile workers, and on the agent's device (a cache entry is specific to the GPU).
+* It dies with the thread that started it (``PR_SET_PDEATHSIG``; it exits at once if its parent is
+  already gone): an agent built in a thread that ends early loses its warmer, which costs only time.
+  ``close`` kills and reaps it (bounded), and so does the collection of its ``CompileWarmer``: no
+  warmer outlives its agent.
+* It starts only where it can help (``warmer_refusal`` says why not otherwise): a background compile,
+  the ``inductor`` backend (the one whose graphs the cache keeps), and caches on, neither
+  ``FASTSAC_COMPILE_CACHE=off`` nor torch's own switches (``force_disable_caches``, ``fx_graph_cache``).
+* A warmer that fails, exits without a result or outlasts ``WARMER_WAIT_S`` costs only time: the
+  thread logs one warning and compiles whatever the cache lacks itself, as without a warmer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -48,9 +52,7 @@ import time
 import weakref
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import IO, Any
-
-import torch
+from typing import Any
 
 from ._compile_cache import compile_cache, use_compile_cache
 from ._execution import ExecutionPolicy
@@ -61,14 +63,15 @@ __all__ = ["WARMER_WAIT_S", "CompileWarmer", "WarmerJob", "WarmerOutcome", "warm
 
 log = logging.getLogger(__name__)
 
-WARMER_WAIT_S = 900.0
-"""Longest wait of a compile thread for its warmer (a cold Humanoid compile on 2 CPUs took 61 s on
-h200x2); after it the warmer is killed and the thread compiles itself."""
+WARMER_WAIT_S = 300.0
+"""Longest wait of a compile thread for its warmer (several times a cold compile on a learner's own
+CPUs: wiki/benchmarks.md, "Cold start"); then the warmer is killed and the thread compiles itself."""
 
 _KILL_WAIT_S = 10.0
 """Longest wait for a killed warmer to be reaped."""
 
-_PR_SET_PDEATHSIG = 1
+_WARMER_MODULE = "fastsac_core._warmer_process"
+"""The warmer's entry point (``python -m``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +82,7 @@ class WarmerJob:
     cfg: FastSACConfig
     execution: ExecutionPolicy
     device: str
-    """The agent's device (``cuda:0``, ``cpu``)."""
+    """The agent's device, with its index on CUDA (``cuda:0``, ``cpu``)."""
     num_envs: int
     """Envs of the agent's replay buffer (with ``cfg.batch_size``, the sampled rows per env)."""
     world_size: int
@@ -90,6 +93,8 @@ class WarmerJob:
     """CPUs the warmer and its compile workers run on (None: the starting process's)."""
     parent_pid: int = 0
     """The starting process (the warmer exits at once if it has already gone)."""
+    result_fd: int = -1
+    """The warmer's descriptor of the pipe its result goes to."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,7 @@ class WarmerOutcome:
     ok: bool
     """It built every step (its graphs are in the cache)."""
     seconds: float
-    """From its start to its end (as the starting process saw it)."""
+    """From its launch to its end (its own clock when it said; else when its end was seen)."""
     detail: str
     """One line: what it compiled, or why it failed."""
 
@@ -110,10 +115,15 @@ def warmer_refusal(cfg: FastSACConfig, execution: ExecutionPolicy) -> str | None
         return "the steps compile before the first update, in this process"
     if not cfg.compile_warmer:
         return "algo.agent.compile_warmer=false"
+    if execution.backend != "inductor":
+        return f"the compile backend is {execution.backend!r}: only inductor's graphs are cached"
     if compile_cache().folder is None:
         return "the compile cache is off"
-    if not isinstance(execution.backend, str):
-        return f"the compile backend {execution.backend!r} is not a name another process can use"
+    import torch._inductor.config as inductor_config
+    import torch.compiler.config
+
+    if torch.compiler.config.force_disable_caches or not inductor_config.fx_graph_cache:
+        return "torch's compile caches are off (force_disable_caches, or fx_graph_cache)"
     return None
 
 
@@ -122,40 +132,54 @@ class CompileWarmer:
 
     Args:
         process: The running warmer.
+        results: The read end of its result pipe.
     """
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], results: int) -> None:
         self._process = process
-        # A warmer whose owner is collected (or a process that exits) without close() dies too.
-        weakref.finalize(self, _kill, process)
-        self._started = time.perf_counter()
-        self._ended: float | None = None
+        self._pipe = [results]
+        """The read end of its result pipe, until ``close`` (a list: the finalizer shares it)."""
+        os.set_blocking(results, False)  # read only what the warmer wrote: never wait on the pipe
+        self._launched = time.time()
+        self._seen_ended: float | None = None
         self._outcome: WarmerOutcome | None = None
         self._lock = threading.Lock()
+        # A warmer whose owner is collected (or whose process exits) without close() dies too.
+        weakref.finalize(self, _kill_and_reap, process, self._pipe)
 
     @classmethod
     def start(cls, job: WarmerJob) -> CompileWarmer:
-        """Launch a warmer for ``job`` (the compile cache applied first, so it inherits the choice)."""
+        """Launch a warmer for ``job``; it dies with the calling thread (Note [compile warmer]).
+
+        The compile cache is applied here first, so the warmer inherits the choice.
+        """
         use_compile_cache()
-        job = dataclasses.replace(job, parent_pid=os.getpid())
         environ = dict(os.environ)
         if job.cpus:
             environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(min(32, len(job.cpus)))
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fastsac_core._compile_warmer"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=environ,
-            close_fds=True,
-        )
-        assert process.stdin is not None
+        read_end, write_end = os.pipe()
         try:
-            process.stdin.write(pickle.dumps(job))
-            process.stdin.close()
-        except OSError:  # it died at once: wait() reports how
-            pass
+            job = dataclasses.replace(job, parent_pid=os.getpid(), result_fd=write_end)
+            process = subprocess.Popen(
+                [sys.executable, "-m", _WARMER_MODULE], stdin=subprocess.PIPE, env=environ,
+                pass_fds=(write_end,),
+            )  # fmt: skip
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the warmer holds its own copy: EOF once it exits
+        if job.cpus and hasattr(os, "sched_setaffinity"):  # at once: its imports already run there
+            with contextlib.suppress(OSError):  # it sets them again itself, and says why if it cannot
+                os.sched_setaffinity(process.pid, job.cpus)
+        assert process.stdin is not None
+        with contextlib.suppress(OSError):  # a warmer that died at once: wait() reports how
+            try:
+                process.stdin.write(pickle.dumps(job))
+            finally:
+                process.stdin.close()
         log.info("compile warmer started (pid %d) on CPUs %s", process.pid, _cpus_text(job.cpus))
-        return cls(process)
+        return cls(process, read_end)
 
     @property
     def pid(self) -> int:
@@ -164,15 +188,13 @@ class CompileWarmer:
 
     def wait(self, timeout_s: float, *, stop: threading.Event | None = None) -> WarmerOutcome | None:
         """Wait up to ``timeout_s`` (or until ``stop`` is set) for the warmer; its outcome once ended."""
+        stop = stop or threading.Event()
         deadline = time.monotonic() + timeout_s
         while self._process.poll() is None:
             left = deadline - time.monotonic()
-            if left <= 0 or (stop is not None and stop.is_set()):
+            if left <= 0 or stop.is_set():
                 return None
-            if stop is not None:
-                stop.wait(min(0.2, left))
-            else:
-                time.sleep(min(0.2, left))
+            stop.wait(min(0.2, left))
         return self.outcome()
 
     def outcome(self) -> WarmerOutcome | None:
@@ -182,28 +204,27 @@ class CompileWarmer:
                 self._outcome = self._read_outcome()
             return self._outcome
 
-    def close(self) -> None:
-        """Kill the warmer if it still runs and reap it (bounded); idempotent."""
+    def close(self, wait_s: float = _KILL_WAIT_S) -> None:
+        """Kill the warmer if it still runs and reap it (for at most ``wait_s``); idempotent."""
         if self._process.poll() is None:
             self._process.kill()
             try:
-                self._process.wait(_KILL_WAIT_S)
+                self._process.wait(wait_s)
             except subprocess.TimeoutExpired:
-                log.warning("compile warmer (pid %d) did not exit after SIGKILL", self._process.pid)
+                log.warning("compile warmer (pid %d) not reaped %.0f s after SIGKILL", self.pid, wait_s)
         self.outcome()
-        if self._process.stdout is not None:
-            self._process.stdout.close()
+        with self._lock:
+            _close_pipe(self._pipe)
 
     def _read_outcome(self) -> WarmerOutcome:
-        seconds = time.perf_counter() - self._started
+        seen = time.time()
         code = self._process.returncode
-        line = ""
-        if self._process.stdout is not None and not self._process.stdout.closed:
-            line = self._process.stdout.read().decode(errors="replace").strip()
+        text = self._drain_results().decode(errors="replace").strip()
         try:
-            result: dict[str, Any] = json.loads(line.splitlines()[-1]) if line else {}
+            result: dict[str, Any] = json.loads(text.splitlines()[-1]) if text else {}
         except json.JSONDecodeError:
             result = {}
+        seconds = float(result.get("ended_at", seen)) - self._launched
         if code == 0 and result.get("ok"):
             detail = (
                 f"{result.get('graphs_compiled', '?')} graph(s) compiled, "
@@ -217,92 +238,32 @@ class CompileWarmer:
             why = str(result.get("error") or missing)
         return WarmerOutcome(False, seconds, why)
 
+    def _drain_results(self) -> bytes:
+        """What the warmer wrote to its result pipe (a compile worker it forked may still hold it open)."""
+        chunks: list[bytes] = []
+        while self._pipe:
+            try:
+                chunk = os.read(self._pipe[0], 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
 
-def _kill(process: subprocess.Popen[bytes]) -> None:
+
+def _kill_and_reap(process: subprocess.Popen[bytes], pipe: list[int]) -> None:
     if process.poll() is None:
         process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(_KILL_WAIT_S)
+    _close_pipe(pipe)
+
+
+def _close_pipe(pipe: list[int]) -> None:
+    while pipe:
+        os.close(pipe.pop())
 
 
 def _cpus_text(cpus: Collection[int] | None) -> str:
     return "of this process" if not cpus else ",".join(map(str, sorted(cpus)))
-
-
-# ---------------------------------------------------------------------- the warmer process
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when the thread that started it ends; exit now if it already has."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: close() still kills it
-        pass
-    if parent_pid and os.getppid() != parent_pid:
-        os._exit(3)
-
-
-def build(job: WarmerJob) -> dict[str, Any]:
-    """Compile ``job``'s steps in this process (the warmer's body; in-process for tests); its result."""
-    from torch._dynamo.utils import counters
-
-    from ._agent import FastSACAgent
-    from ._background_compile import BackgroundCompile
-    from ._replay import ReplayBuffer
-
-    device = torch.device(job.device)
-    if device.type == "cuda" and device.index is not None:
-        torch.cuda.set_device(device)
-    # The buffer's capacity appears in no compiled graph: a scratch agent keeps the smallest one.
-    small = dataclasses.replace(job.cfg, buffer_size=job.cfg.num_steps + 1)
-    buffer = ReplayBuffer.of(job.dims, small, job.num_envs, device=device)
-    scratch = dataclasses.replace(job.execution, background=False)  # no thread of its own
-    agent = FastSACAgent(
-        job.dims, job.cfg, device, buffer=buffer, world_size=job.world_size, execution=scratch
-    )
-    started = time.perf_counter()
-    BackgroundCompile(agent, job.updates).build_here()
-    inductor = counters["inductor"]
-    return {
-        "ok": True,
-        "build_s": time.perf_counter() - started,
-        "graphs_compiled": inductor.get("fxgraph_cache_miss", 0),
-        "graphs_found": inductor.get("fxgraph_cache_hit", 0),
-    }
-
-
-def main() -> None:
-    """The warmer process: read the job on stdin, build, write one JSON line on the saved stdout."""
-    result_fd = os.dup(1)
-    os.dup2(2, 1)  # anything printed goes to the shared log, not into the result pipe
-    job: WarmerJob = pickle.load(sys.stdin.buffer)
-    _die_with_parent(job.parent_pid)
-    if job.cpus and hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(0, job.cpus)
-        except OSError as error:
-            log.warning("compile warmer: cannot run on CPUs %s (%s)", sorted(job.cpus), error)
-    result: dict[str, Any]
-    code = 0
-    try:
-        result = build(job)
-    except Exception as exc:  # the traceback goes to the log, one line to the caller
-        import traceback
-
-        traceback.print_exc()
-        result, code = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, 1
-    out: IO[bytes] = os.fdopen(result_fd, "wb")
-    out.write((json.dumps(result) + "\n").encode())
-    out.close()
-    sys.stderr.flush()
-    try:
-        from torch._inductor.async_compile import shutdown_compile_workers
-
-        shutdown_compile_workers()
-    finally:
-        os._exit(code)  # no interpreter teardown: nothing of the build is needed any more
-
-
-if __name__ == "__main__":
-    main()

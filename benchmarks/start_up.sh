@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Humanoid's start-up and early learning on the 1-GPU H200 host (issue 28): the README's command, one
+# configuration per call of this script, each run with an empty compile cache of its own
+# (FASTSAC_COMPILE_CACHE), so every run is cold without a fresh machine. Then sweep.py's table: the first
+# update, the compiled switch, training return 5,000 and in-run eval 10,500 (seconds after launch), the
+# final checkpoint's deterministic eval.
+# On the device machine (one configuration: about 6.5 min at the default 300 s):
+#   source .devrun/env.sh && bash benchmarks/start_up.sh first
+#   source .devrun/env.sh && bash benchmarks/start_up.sh background
+# Configurations: first (the defaults: compile before the first update), background
+# (compile_in_background with its compile warmer), thread (compile_in_background without the warmer),
+# or NAME=OVERRIDES for anything else. TIME_LIMIT (s, default 300), SEED (1), OUT (/tmp/start_up).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/start_up}
+case ${1:?a configuration: first, background, thread or NAME=OVERRIDES} in
+  first) config="first=" ;;
+  background) config="background=algo.agent.compile_in_background=true" ;;
+  thread) config="thread=algo.agent.compile_in_background=true algo.agent.compile_warmer=false" ;;
+  *=*) config=$1 ;;
+  *) echo "unknown configuration: $1 (first, background, thread or NAME=OVERRIDES)" >&2; exit 2 ;;
+esac
+name=${config%%=*}
+cache="$out/cache-$name"
+# A cold cache, and no earlier call's run folder, table or logs (sweep.py adds to those).
+rm -rf "$cache" "$out/runs-$name" "$out/$name.json" "$out/$name".*
+mkdir -p "$out"
+unset TORCHINDUCTOR_CACHE_DIR  # it would take precedence over FASTSAC_COMPILE_CACHE
+FASTSAC_COMPILE_CACHE=$cache python3 "$root/benchmarks/sweep.py" --task humanoid --parallel 1 \
+  --seeds "${SEED:-1}" --time-limit "${TIME_LIMIT:-300}" --config "$config" --reach 5000 --reach-eval 10500 \
+  --runs-root "$out/runs-$name" --json "$out/$name.json"
+# The start-up line of the run and its learner's compile lines (warmer, switch).
+grep -h -e "start-up:" "$out/$name".*.logs/trainer.log 2>/dev/null | tail -n 1 || true
+grep -h -e "compile warmer" -e "compiled update ready" -e "first update chunk" \
+  "$out/$name".*.logs/learner0.log 2>/dev/null | cut -c1-220 || true
