@@ -22,6 +22,13 @@ case ${1:?a configuration: first, background, thread or NAME=OVERRIDES} in
 esac
 name=${config%%=*}
 cache="$out/cache-$name"
+# Bytecode beside every module, as an installed environment has it (pip and uv sync write it; the
+# device's carried wheels are installed with --no-compile): "cold" means an empty compile cache, not a
+# Python that compiles torch's source again in every new process (the parent, the fork server, the
+# warmer, inductor's compile workers). Folders it cannot write keep what they have; up-to-date files
+# are skipped, so a second call costs little.
+python3 -m compileall -q -j 0 "$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')" \
+  "$root/packages" "$root/apps" ${PYTHONPATH//:/ } > /dev/null 2>&1 || true
 # A cold cache, and no earlier call's run folder, table or logs (sweep.py adds to those).
 rm -rf "$cache" "$out/runs-$name" "$out/$name.json" "$out/$name".*
 mkdir -p "$out"
