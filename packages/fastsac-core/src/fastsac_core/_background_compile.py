@@ -201,7 +201,6 @@ class BackgroundCompile:
         self._size, self._views = size, min(2, updates)
         self._inputs_written: torch.cuda.Event | None = None
         if agent.device.type == "cuda":  # the thread's stream must follow the copies made on this one
-            give_thread_cudagraph_state()  # the agent's thread first (the importer under torch 2.11)
             self._inputs_written = torch.cuda.Event()  # type: ignore[no-untyped-call]
             self._inputs_written.record(torch.cuda.current_stream(agent.device))
         self._stop = threading.Event()
@@ -209,8 +208,15 @@ class BackgroundCompile:
         self._thread = threading.Thread(target=self._run, name="background-compile", daemon=True)
 
     def start(self) -> None:
-        """Start the thread (once; a closed build stays stopped)."""
+        """Start the thread (once; a closed build stays stopped); call it on the agent's thread.
+
+        On CUDA the agent's thread gets inductor's CUDA graph state first (``give_thread_cudagraph_state``:
+        the importer under torch 2.11), here rather than at construction: that import costs a learner's
+        start a second or more, and nothing needs it before the compile thread starts.
+        """
         if not self.started and not self._stop.is_set():
+            if self._device.type == "cuda":
+                give_thread_cudagraph_state()
             self._started_at = time.perf_counter()
             self._thread.start()
 
