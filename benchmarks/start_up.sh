@@ -27,8 +27,9 @@ cache="$out/cache-$name"
 # Python that compiles torch's source again in every new process (the parent, the fork server, the
 # warmer, inductor's compile workers). Folders it cannot write keep what they have; up-to-date files
 # are skipped, so a second call costs little.
+paths=${PYTHONPATH:-}
 python3 -m compileall -q -j 0 "$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')" \
-  "$root/packages" "$root/apps" ${PYTHONPATH//:/ } > /dev/null 2>&1 || true
+  "$root/packages" "$root/apps" ${paths//:/ } > /dev/null 2>&1 || true
 # A cold cache, and no earlier call's run folder, table or logs (sweep.py adds to those).
 rm -rf "$cache" "$out/runs-$name" "$out/$name.json" "$out/$name".*
 mkdir -p "$out"
