@@ -7,7 +7,9 @@ device buffer (what a CUDA-IPC ring push does). GPU work of different processes 
 overlapped. This script measures whether that alone costs the learner its third: the agent of
 ``learner_updates.py`` (``--task humanoid``, whole-step graphs) updates for ``--seconds`` with no other
 process on the GPU, then with each K of ``--processes`` stand-in collectors, which do only the GPU part
-of a collector's step at ``--rate-hz`` each (the rest of the step, MuJoCo on the CPU, is a sleep).
+of a collector's step at ``--rate-hz`` each (the rest of the step, MuJoCo on the CPU, is a sleep): load
+a new weight snapshot (``--weights-every`` steps; the learner publishes once per update chunk, about as
+often as a collector steps), run the policy, copy a transition into a device buffer.
 
     python3 benchmarks/gpu_contention.py --processes 0 14 --seconds 20            # the GPU host
     uv run --frozen python benchmarks/gpu_contention.py --device cpu --batch-size 256 --envs 4 --seconds 3
@@ -41,16 +43,20 @@ class StandIn:
     cfg: FastSACConfig
     envs: int
     rate_hz: float
+    weights_every: int
 
 
 def stand_in(job: StandIn, ready: Event, go: Event, stop: Event, rate: Any) -> None:
-    """A collector's GPU work at ``job.rate_hz``: its policy on a step's obs, a transition copied in."""
+    """A collector's GPU work at ``job.rate_hz``: new weights loaded, its policy, a transition copied in."""
     device, dims, envs, rate_hz = job.device, job.dims, job.envs, job.rate_hz
     torch.set_num_threads(1)
     policy = InferencePolicy(dims, job.cfg, device=device, amp=device.startswith("cuda"))
     width = 2 * dims.obs_dim + dims.act_dim + 3  # obs, next obs, action, reward and flags
     slot = torch.empty(envs, width, device=device)
     obs, transition = torch.randn(envs, dims.obs_dim), torch.randn(envs, width)
+    # A new snapshot: the host weight channel's copy onto the policy's device, then into its parameters.
+    flat_host, extras = torch.randn(policy.numel), policy.policy_extras()
+    flat = torch.zeros(policy.numel, device=device)
     for _ in range(3):  # warm-up: allocations, kernels loaded
         policy(obs)
     sync(device)
@@ -59,6 +65,9 @@ def stand_in(job: StandIn, ready: Event, go: Event, stop: Event, rate: Any) -> N
     period, count = 1.0 / rate_hz, 0
     next_at = started = time.perf_counter()
     while not stop.is_set():
+        if count % job.weights_every == 0:
+            flat.copy_(flat_host)
+            policy.load_flat(flat, extras)
         actions = policy(obs)
         actions.cpu()  # the actions go back to the env (a synchronising copy, as in a collector)
         slot.copy_(transition)  # the push into the learner's device buffer
@@ -88,6 +97,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, nargs="+", default=[0, 14], help="stand-ins, each K")
     parser.add_argument("--rate-hz", type=float, default=60.0, help="env steps per second of each stand-in")
     parser.add_argument("--envs", type=int, default=32, help="envs per stand-in (the headline: 448 / 14)")
+    parser.add_argument(
+        "--weights-every", type=int, default=1,
+        help="steps between weight loads (the headline publishes about once per collector step)",
+    )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=7168)
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per K")
     add_output_args(parser)
@@ -101,7 +114,8 @@ def main() -> None:
     sync(args.device)
     print(f"first call (compile and capture): {time.perf_counter() - started:.1f} s", flush=True)
     measure(agent, args.device, 2.0)  # warm
-    job = StandIn(args.device, HUMANOID, TASKS["humanoid"].agent_config(), args.envs, args.rate_hz)
+    cfg = TASKS["humanoid"].agent_config()
+    job = StandIn(args.device, HUMANOID, cfg, args.envs, args.rate_hz, args.weights_every)
     ctx = mp.get_context("spawn")
     rows: list[Row] = []
     for k in args.processes:
