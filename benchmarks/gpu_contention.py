@@ -61,7 +61,9 @@ def stand_in(job: StandIn, ready: Event, go: Event, stop: Event, rate: Any) -> N
         policy(obs)
     sync(device)
     ready.set()
-    go.wait(120)
+    while not go.wait(0.5):
+        if stop.is_set():
+            return
     period, count = 1.0 / rate_hz, 0
     next_at = started = time.perf_counter()
     while not stop.is_set():
@@ -107,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(machine(f"humanoid, batch {args.batch_size}, stand-ins of {args.envs} envs at {args.rate_hz:g} Hz"))
-    num_envs = 1024 if args.device == "cuda" else 8
+    num_envs = 1024 if torch.device(args.device).type == "cuda" else 8
     agent = build(args.device, args.batch_size, num_envs, "step", True, "humanoid", HUMANOID)
     started = time.perf_counter()
     agent.update(agent.cfg.num_updates)  # the first call compiles and captures
@@ -135,10 +137,15 @@ def main() -> None:
         finally:
             stop.set()
             for w in workers:
+                if w.pid is None:  # never started
+                    continue
                 w.join(30)
                 if w.is_alive():
                     w.kill()
                     w.join(5)
+        failed = [w.exitcode for w in workers if w.exitcode != 0]
+        if failed:
+            raise RuntimeError(f"{len(failed)} stand-in collector(s) failed (exit codes {failed}): see above")
         steps = sum(r.value for r in rates)
         rows.append({
             "stand-ins": k, "learner updates/s": rate, "stand-in steps/s (all)": steps,

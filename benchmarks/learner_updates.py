@@ -97,8 +97,9 @@ def build(
 
 
 def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
+    """Wait for ``device``'s queued work (a no-op on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def measure(agent: FastSACAgent, device: str, warmup: int, calls: int) -> tuple[float, float]:

@@ -43,7 +43,7 @@ grep -h -e "compile warmer" -e "compiled update ready" -e "first update chunk" \
   "$out/$name".*.logs/learner0.log 2>/dev/null | cut -c1-220 || true
 # Where the workers' start went: the learner's and the first collector's phases, then every worker's
 # release (seconds since that worker's own start; the fork server's preload comes before).
-logs=$(ls -d "$out/$name".*.logs 2>/dev/null | head -n 1)
+logs=$(ls -d "$out/$name".*.logs 2>/dev/null | head -n 1 || true)
 if [[ -n $logs ]]; then
   grep -h " boot: " "$logs/learner0.log" "$logs/collector0.log" 2>/dev/null | sed 's/^.*boot: //' || true
   grep -h " boot: released" "$logs"/*.log 2>/dev/null | sed 's/^.* INFO //; s/ fastsac_async.worker_process:.*(/ (/' || true

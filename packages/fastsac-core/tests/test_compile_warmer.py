@@ -157,8 +157,7 @@ def test_a_warmer_starts_only_where_it_can_help(monkeypatch: pytest.MonkeyPatch)
     assert warmer_refusal(replace(cfg, compile_warmer=False), background) == "algo.agent.compile_warmer=false"
     assert "aot_eager" in str(warmer_refusal(cfg, replace(background, backend="aot_eager")))
     assert warmer_refusal(cfg, replace(background, backend=lambda gm, inputs: gm)) is not None
-    monkeypatch.setattr(torch.compiler.config, "force_disable_caches", True)
-    assert str(warmer_refusal(cfg, background)).startswith("torch's compile caches are off")
-    monkeypatch.undo()
+    with torch.compiler.config.patch(force_disable_caches=True):  # torch's own switch (its config module)
+        assert str(warmer_refusal(cfg, background)).startswith("torch's compile caches are off")
     monkeypatch.setenv("FASTSAC_COMPILE_CACHE", "off")
     assert warmer_refusal(cfg, background) == "the compile cache is off"

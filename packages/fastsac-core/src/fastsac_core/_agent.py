@@ -151,17 +151,19 @@ class FastSACAgent:
         # The warmer before the build's set-up (its deep copy, inductor's import): the warmer's compile
         # overlaps that and all that follows (Note [compile warmer]).
         warmer = self._start_warmer(compile_cpus)
-        try:
-            self._background = (
-                BackgroundCompile(self, cfg.num_updates, compile_context, warmer) if e.background else None
-            )
-        except BaseException:  # an agent that never came to be leaves no warmer running
-            if warmer is not None:
-                warmer.close()
-            raise
+        self._background: BackgroundCompile | None = None
         self._closed: BackgroundCompile | None = None
         """A closed build (``close``), whose thread may still be ending."""
-        self._maybe_start_compile()
+        try:
+            if e.background:
+                self._background = BackgroundCompile(self, cfg.num_updates, compile_context, warmer)
+            self._maybe_start_compile()
+        except BaseException:  # an agent that never came to be leaves no warmer running
+            if self._background is not None:
+                self._background.close()
+            elif warmer is not None:
+                warmer.close()
+            raise
 
     def _start_warmer(self, cpus: Collection[int] | None) -> CompileWarmer | None:
         """A compile warmer for this agent's background compile, if one can help (Note [compile warmer])."""
@@ -245,9 +247,10 @@ class FastSACAgent:
                  build.seconds, cache, self.update_idx)  # fmt: skip
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop a background compile still running (joined for at most ``timeout_s``); idempotent.
+        """Stop a background compile still running (warmer killed, thread joined: bounded); idempotent.
 
-        A thread still running after that keeps later captures waiting until it ends.
+        Each of the two waits is bounded by about ``timeout_s``. A thread still running after that keeps
+        later captures waiting until it ends.
         """
         if self._background is not None:
             self._background.close(timeout_s)

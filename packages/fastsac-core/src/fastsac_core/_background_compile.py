@@ -241,8 +241,8 @@ class BackgroundCompile:
     def close(self, timeout_s: float = 5.0) -> None:
         """Ask the thread to stop after its current call and join it for at most ``timeout_s``.
 
-        A thread not yet started never starts; a warmer still running is killed (and reaped, for at
-        most a second more than ``timeout_s``).
+        A thread not yet started never starts; a warmer still running is killed first and reaped for at
+        most ``timeout_s`` + 1 s (so the whole call may take ``2 * timeout_s`` + 1 s).
         """
         self._stop.set()
         if self._warmer is not None:

@@ -141,7 +141,6 @@ class CompileWarmer:
         """The read end of its result pipe, until ``close`` (a list: the finalizer shares it)."""
         os.set_blocking(results, False)  # read only what the warmer wrote: never wait on the pipe
         self._launched = time.time()
-        self._seen_ended: float | None = None
         self._outcome: WarmerOutcome | None = None
         self._lock = threading.Lock()
         # A warmer whose owner is collected (or whose process exits) without close() dies too.
@@ -169,6 +168,7 @@ class CompileWarmer:
             raise
         finally:
             os.close(write_end)  # the warmer holds its own copy: EOF once it exits
+        warmer = cls(process, read_end)  # from here on its finalizer kills, reaps and closes
         if job.cpus and hasattr(os, "sched_setaffinity"):  # at once: its imports already run there
             with contextlib.suppress(OSError):  # it sets them again itself, and says why if it cannot
                 os.sched_setaffinity(process.pid, job.cpus)
@@ -179,7 +179,7 @@ class CompileWarmer:
             finally:
                 process.stdin.close()
         log.info("compile warmer started (pid %d) on CPUs %s", process.pid, _cpus_text(job.cpus))
-        return cls(process, read_end)
+        return warmer
 
     @property
     def pid(self) -> int:
@@ -232,7 +232,10 @@ class CompileWarmer:
             )
             return WarmerOutcome(True, seconds, detail)
         if code is not None and code < 0:
-            why = f"killed by {signal.Signals(-code).name}"
+            try:
+                why = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                why = f"killed by signal {-code}"
         else:
             missing = f"exit code {code} without a result (its errors are in this log)"
             why = str(result.get("error") or missing)

@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 
+_ERROR_MAX = 1000
+"""Longest error text in the result line: the line must fit the pipe's buffer (4 KiB at the least),
+as the starting process reads it only once this process has exited."""
+
 
 def build(job: WarmerJob) -> dict[str, Any]:
     """Compile ``job``'s steps in this process, as the agent's background build would; the result."""
@@ -86,7 +90,9 @@ def main() -> None:
         import traceback
 
         traceback.print_exc()
-        result, code = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, 1
+        line = f"{type(exc).__name__}: {exc}"  # whole in the log above; one short line for the caller
+        short = line if len(line) <= _ERROR_MAX else line[: _ERROR_MAX - 3] + "..."
+        result, code = {"ok": False, "error": short}, 1
     result["ended_at"] = time.time()
     with os.fdopen(job.result_fd, "wb") as out:
         out.write((json.dumps(result) + "\n").encode())
