@@ -27,10 +27,10 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 import torch
-from _harness import Row, add_output_args, machine, report
+from _harness import Row, add_output_args, machine, report, timed_rate
 from learner_updates import HUMANOID, build, sync
 
-from fastsac_core import EnvDims, FastSACConfig, InferencePolicy
+from fastsac_core import EnvDims, FastSACAgent, FastSACConfig, InferencePolicy
 from fastsac_trainer.tasks import TASKS
 
 
@@ -80,16 +80,16 @@ def stand_in(job: StandIn, ready: Event, go: Event, stop: Event, rate: Any) -> N
     rate.value = count / (time.perf_counter() - started)
 
 
-def measure(agent: object, device: str, seconds: float) -> float:
-    """Updates per second of ``agent`` (8 per call) over ``seconds``."""
-    calls, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        agent.update(agent.cfg.num_updates)  # type: ignore[attr-defined]
-        calls += 1
-        if calls % 10 == 0:
-            sync(device)
-    sync(device)
-    return calls * agent.cfg.num_updates / (time.perf_counter() - started)  # type: ignore[attr-defined]
+def measure(agent: FastSACAgent, device: str, seconds: float) -> float:
+    """Updates per second of ``agent`` over ``seconds``: 10 update calls at a time, then the device waits."""
+    calls = 10
+
+    def ten_calls() -> None:
+        for _ in range(calls):
+            agent.update(agent.cfg.num_updates)
+        sync(device)
+
+    return timed_rate(ten_calls, seconds, per_step=calls * agent.cfg.num_updates)
 
 
 def main() -> None:
