@@ -9,7 +9,7 @@ import torch
 
 from fastsac_async import AsyncOptions, EngineSpec, RunLayout, TrainingRun, run_engine
 from fastsac_async.learner.ingest import Ingestor
-from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory
+from fastsac_async.testing import FakeBatchedEnv, FakeEnvFactory, random_collector
 from fastsac_async.transport import weight_extras
 from fastsac_core import FastSACConfig, ReplayBuffer, step_transition, transition_fields
 from fastsac_topology import resolve_trainer_topology
@@ -127,9 +127,6 @@ def test_two_nccl_learners(tmp_path: Path) -> None:
 
 def test_a_collector_on_a_cuda_ipc_ring_waits_at_its_lead() -> None:
     """Over CUDA IPC too a collector stops at max_lead unread slots, and steps once one is read."""
-    from fastsac_async.collector.loop import Collector, CollectorSettings
-    from fastsac_core import InferencePolicy
-
     envs, lead = 4, 2
     cfg = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=8,
                         buffer_size=16, num_updates=1, learning_starts=100, compile=False,
@@ -141,11 +138,7 @@ def test_a_collector_on_a_cuda_ipc_ring_waits_at_its_lead() -> None:
     )
     producer = CudaIpcRing.attach_producer(consumer.producer_handle())
     try:
-        collector = Collector(
-            settings=CollectorSettings(index=0, budget=100, learning_starts=100, weight_poll_interval=1,
-                                       idle_sleep_s=0.0, stats_interval=100, max_lead=lead),
-            env=env, ring=producer, weights=None, policy=InferencePolicy(env.dims, cfg),
-        )  # fmt: skip
+        collector = random_collector(env, producer, cfg, max_lead=lead)
         while collector.step_once():
             assert collector.steps <= lead
         assert collector.steps == lead and not collector.step_once()

@@ -26,7 +26,7 @@ from fastsac_async.learner.profiler import (
     profile_window,
 )
 from fastsac_async.stats import LearnerSnapshot
-from fastsac_async.testing import FakeBatchedEnv
+from fastsac_async.testing import FakeBatchedEnv, random_collector
 from fastsac_async.transport import weight_extras
 from fastsac_core import (
     FastSACAgent,
@@ -436,11 +436,7 @@ def test_a_collector_waits_at_its_lead_though_its_ring_has_room(
     """A collector stops at max_lead unread slots (else a full ring), and steps once one is read."""
     ring = rings.make(4, 8)
     env = FakeBatchedEnv(4, seed=1)
-    collector = Collector(
-        settings=CollectorSettings(index=0, budget=100, learning_starts=100, weight_poll_interval=1,
-                                   idle_sleep_s=0.0, stats_interval=100, max_lead=max_lead),
-        env=env, ring=ring, weights=None, policy=InferencePolicy(env.dims, CFG),
-    )  # fmt: skip
+    collector = random_collector(env, ring, CFG, max_lead=max_lead)
     while collector.step_once():
         assert collector.steps <= stops_at
     assert (collector.steps, ring.size()) == (stops_at, stops_at)
@@ -485,12 +481,7 @@ def _wait_once(
     monkeypatch.setattr(collector_module, "time", clock)
     ring = _ScriptedFullness(rings.make(4, 2), answers)
     env = FakeBatchedEnv(4, seed=1)
-    collector = Collector(
-        settings=CollectorSettings(index=0, budget=100, learning_starts=100,
-                                   weight_poll_interval=1, idle_sleep_s=0.25, spin_s=spin_s,
-                                   stats_interval=100),
-        env=env, ring=cast(HostRing, ring), weights=None, policy=InferencePolicy(env.dims, CFG),
-    )  # fmt: skip
+    collector = random_collector(env, cast(HostRing, ring), CFG, idle_sleep_s=0.25, spin_s=spin_s)
     stepped = collector.step_once()
     return stepped, clock.sleeps, ring.is_full_calls
 

@@ -12,15 +12,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from fastsac_async.collector.loop import Collector, CollectorSettings
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.worker_process import worker_process
+from fastsac_core import FastSACConfig, InferencePolicy
 from fastsac_core.env import BatchedEnv, EnvDims, StepResult
 from fastsac_topology import TrainerTopology, resolve_trainer_topology
 from numa_bind import discover_host
+from shm_transport import TransitionRing
 
 __all__ = [
     "FailingEnvFactory",
@@ -34,6 +38,7 @@ __all__ = [
     "janitor_parent",
     "orphaning_parent",
     "probing_worker",
+    "random_collector",
     "sleeping_worker",
 ]
 
@@ -172,6 +177,22 @@ class FakeEnvFactory:
             step_delay_s=self.step_delay_s,
             shared_obs=self.shared_obs,
         )
+
+
+def random_collector(env: BatchedEnv, ring: TransitionRing, cfg: FastSACConfig, **settings: Any) -> Collector:
+    """Collector 0 over ``env`` and ``ring`` that acts randomly and reads no weights.
+
+    Its budget of 100 steps ends before its ``learning_starts``; ``settings`` override its
+    ``CollectorSettings`` (``max_lead``, ``idle_sleep_s``, ...).
+    """
+    knobs: dict[str, Any] = {
+        "index": 0, "budget": 100, "learning_starts": 100, "weight_poll_interval": 1, "idle_sleep_s": 0.0,
+        "stats_interval": 100, **settings,
+    }  # fmt: skip
+    return Collector(
+        settings=CollectorSettings(**knobs), env=env, ring=ring, weights=None,
+        policy=InferencePolicy(env.dims, cfg),
+    )  # fmt: skip
 
 
 class _FailingEnv(FakeBatchedEnv):
