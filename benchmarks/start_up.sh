@@ -37,14 +37,14 @@ unset TORCHINDUCTOR_CACHE_DIR  # it would take precedence over FASTSAC_COMPILE_C
 FASTSAC_COMPILE_CACHE=$cache python3 "$root/benchmarks/sweep.py" --task humanoid --parallel 1 \
   --seeds "${SEED:-1}" --time-limit "${TIME_LIMIT:-300}" --config "$config" --reach 5000 --reach-eval 10500 \
   --runs-root "$out/runs-$name" --json "$out/$name.json"
-# The start-up line of the run and its learner's compile lines (warmer, switch).
-grep -h -e "start-up:" "$out/$name".*.logs/trainer.log 2>/dev/null | tail -n 1 || true
-grep -h -e "compile warmer" -e "compiled update ready" -e "first update chunk" \
-  "$out/$name".*.logs/learner0.log 2>/dev/null | cut -c1-220 || true
-# Where the workers' start went: the learner's and the first collector's phases, then every worker's
-# release (seconds since that worker's own start; the fork server's preload comes before).
+# What the run's logs (kept by sweep.py only for a run that succeeded) say of its start: the start-up
+# line, the learner's compile lines (warmer, switch), the learner's and the first collector's boot
+# phases, and every worker's release (seconds since that worker's own start; the fork server's
+# preload comes before).
 logs=$(ls -d "$out/$name".*.logs 2>/dev/null | head -n 1 || true)
-if [[ -n $logs ]]; then
-  grep -h " boot: " "$logs/learner0.log" "$logs/collector0.log" 2>/dev/null | sed 's/^.*boot: //' || true
-  grep -h " boot: released" "$logs"/*.log 2>/dev/null | sed 's/^.* INFO //; s/ fastsac_async.worker_process:.*(/ (/' || true
-fi
+[[ -n $logs ]] || { echo "no logs of the run were kept: see sweep.py's lines above"; exit 0; }
+grep -h -e "start-up:" "$logs/trainer.log" 2>/dev/null | tail -n 1 || true
+grep -h -e "compile warmer" -e "compiled update ready" -e "first update chunk" "$logs/learner0.log" \
+  2>/dev/null | cut -c1-220 || true
+grep -h " boot: " "$logs/learner0.log" "$logs/collector0.log" 2>/dev/null | sed 's/^.*boot: //' || true
+grep -h " boot: released" "$logs"/*.log 2>/dev/null | sed 's/^.* INFO //; s/ fastsac_async.worker_process:.*(/ (/' || true
