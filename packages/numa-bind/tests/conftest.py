@@ -10,6 +10,32 @@ import pytest
 
 from numa_bind import cpus_from_masks
 
+
+# The package's tests also run on their own (outside this repository, against an installed wheel):
+# they register their markers and skip `gpu` tests without a CUDA device themselves. Inside the
+# repository the root conftest does the same; a marker registered and a test skipped twice is harmless.
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers these tests use."""
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu`` tests where torch sees no CUDA device (or torch is not installed)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if not has_cuda:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device (run on the GPU machine)"))
+
+
 TreeBuilder = Callable[..., Path]
 
 

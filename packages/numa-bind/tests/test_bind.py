@@ -79,6 +79,21 @@ def test_unknown_node_is_refused_with_allowed_set() -> None:
         bind_current_process(nodes=[1000])
 
 
+def test_negative_ids_are_refused_as_binding_errors() -> None:
+    """A negative CPU or node id raises BindingError naming it (not a CPU-list parse error)."""
+    with pytest.raises(BindingError, match=r"cpus=-1 cannot be bound"):
+        bind_current_process(cpus=[-1])
+    with pytest.raises(BindingError, match=r"nodes=-1 cannot be bound"):
+        bind_current_process(nodes=[-1])
+
+
+@pytest.mark.parametrize("cpus", ["0-1", 0, [0, "1"], [True]])
+def test_ids_of_the_wrong_type_are_refused_with_the_fix(cpus: Any) -> None:
+    """A string, a lone number or a non-integer id raises TypeError naming integer ids and parse_cpulist."""
+    with pytest.raises(TypeError, match=r"pass cpus as integer ids.*parse_cpulist"):
+        bind_current_process(cpus=cpus)
+
+
 def test_empty_sets_are_refused() -> None:
     """An empty CPU or node set is an error (None, not empty, means 'leave alone')."""
     with pytest.raises(BindingError, match="at least one"):

@@ -78,3 +78,9 @@ def test_format_rejects_negative_ids() -> None:
     """A negative id cannot be formatted: CpuListError names it."""
     with pytest.raises(CpuListError, match="-1"):
         format_cpulist([3, -1])
+
+
+def test_parse_refuses_what_is_not_a_string() -> None:
+    """parse_cpulist(None) raises TypeError naming the value and the format, not an AttributeError."""
+    with pytest.raises(TypeError, match="takes a string such as '0-3,8', got None"):
+        parse_cpulist(None)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from numa_bind import GpuLocality, HostLayout, NumaNode, discover_host, online_cpus
+from numa_bind._cli import main
 
 TreeBuilder = Callable[..., Path]
 
@@ -111,3 +112,17 @@ def test_discover_with_injected_nvml(sysfs_tree: TreeBuilder, four_gpus: Any) ->
     root: Path = sysfs_tree(online="0-15", nodes={0: ("0-7", 1), 1: ("8-15", 1)})
     layout = discover_host(sysfs_root=root, allowed_cpus=range(16), nvml=four_gpus)
     assert [gpu.numa_node for gpu in layout.gpus] == [0, 0, 1, 1]
+
+
+def test_show_prints_a_tree_and_refuses_a_root_without_sysfs(
+    sysfs_tree: TreeBuilder, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`numa-bind show` prints a given tree's nodes, and exits 2 naming a --sysfs-root that holds no sysfs."""
+    root = sysfs_tree(online="0-3", nodes={0: ("0-1", 1024), 1: ("2-3", 2048)})
+    assert main(["show", "--sysfs-root", str(root), "--no-gpus"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split()[:2] == ["0", "0-1"] and out.splitlines()[2].split()[:2] == ["1", "2-3"]
+    with pytest.raises(SystemExit) as stopped:
+        main(["show", "--sysfs-root", str(tmp_path / "nowhere")])
+    assert stopped.value.code == 2
+    assert "holds no devices/system" in capsys.readouterr().err

@@ -98,3 +98,13 @@ def test_the_default_prefix_and_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.setenv("SHMTX_PREFIX", bad)
         with pytest.raises(seg.SegmentError, match=rf"SHMTX_PREFIX='{bad}' is not a usable .* or unset it"):
             seg.default_prefix()
+
+
+@pytest.mark.parametrize("prefix", ["", "bad/", "job7"])
+def test_the_cli_refuses_a_bad_prefix_in_one_line(prefix: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty (every <pid>-<hex> file), slashed or digit-ending --prefix exits 2 in one line naming it."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["--prefix", prefix, "cleanup", "--dry-run"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--prefix={prefix!r} is not a usable segment name prefix" in err and "Traceback" not in err

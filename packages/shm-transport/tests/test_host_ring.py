@@ -1,6 +1,7 @@
 import pickle
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import torch
 
@@ -132,6 +133,24 @@ def test_bad_fields_raise_and_publish_nothing(ring: HostRing) -> None:
     assert ring.write_count == 0
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        torch.tensor([2.7, -1.0, 300.0, float("nan")]),  # a float into a uint8 field: 2, 255, 44, 0
+        torch.zeros(4, dtype=torch.complex64),  # a complex into a byte field
+        [1, 0, 1, 0],  # not a tensor
+        np.zeros(4, dtype=np.uint8),  # not a tensor either
+    ],
+    ids=["float", "complex", "list", "numpy"],
+)
+def test_a_value_that_would_not_keep_its_kind_is_refused(ring: HostRing, value: object) -> None:
+    """A non-tensor field, or one of a higher dtype kind than the field's, raises and publishes nothing."""
+    bad: dict[str, object] = {**_slot(1.0), "flag": value}
+    with pytest.raises(RingLayoutError, match=r"'flag': '(float32|complex64|list|ndarray)"):
+        ring.push(bad)  # type: ignore[arg-type]
+    assert ring.write_count == 0
+
+
 def test_commit_more_than_available_raises(ring: HostRing) -> None:
     """commit_reads refuses to move past the write cursor."""
     ring.push(_slot(1.0))
@@ -194,7 +213,8 @@ def test_debug_mode_catches_unwritten_slot() -> None:
     """In debug mode a slot published without being written raises UnwrittenSlotError on read."""
     layout = RingLayout.of(2, {"x": ((3,), torch.float32), "n": ((), torch.int32), "f": ((), torch.bool)})
     with HostRing.create(layout, capacity=3, debug=True) as ring:
-        ring.push({"x": torch.zeros(2, 3), "n": torch.zeros(2, dtype=torch.int32), "f": torch.zeros(2)})
+        flag = torch.zeros(2, dtype=torch.bool)
+        ring.push({"x": torch.zeros(2, 3), "n": torch.zeros(2, dtype=torch.int32), "f": flag})
         count, views = ring.read_span(3)
         assert count == 1
         ring.commit_reads(1)

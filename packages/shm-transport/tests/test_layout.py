@@ -42,10 +42,12 @@ def test_fingerprint_changes_with_layout_and_survives_pickle() -> None:
         lambda: RingLayout(1, ()),
         lambda: RingLayout(1, (("x", FieldSpec((1,), torch.float32)), ("x", FieldSpec((1,), torch.int8)))),
         lambda: FieldSpec((-1,), torch.float32),
+        lambda: RingLayout.of(4, {"obs": (3, torch.float32)}),  # type: ignore[dict-item]
+        lambda: RingLayout.of(4, {"obs": torch.float32}),  # type: ignore[dict-item]
     ],
 )
 def test_invalid_layouts_are_rejected(build: object) -> None:
-    """Zero envs, no fields, duplicate names and negative sizes raise RingLayoutError."""
+    """Zero envs, no fields, duplicate names, negative sizes, a field not (shape, dtype): RingLayoutError."""
     with pytest.raises(RingLayoutError):
         build()  # type: ignore[operator]
 

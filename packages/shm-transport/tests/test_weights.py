@@ -114,6 +114,35 @@ def test_wrong_sizes_are_refused(channel: WeightChannel) -> None:
         writer.publish(torch.zeros(10), {"mean": torch.zeros(3)})
 
 
+def test_a_dtype_of_another_kind_is_refused_both_ways(channel: WeightChannel) -> None:
+    """Publish refuses a float source for an int64 extra; poll an integer destination for the params."""
+    writer = HostWeightWriter(channel)
+    with pytest.raises(RingLayoutError, match=r"sources.*count: torch.float32 against the channel's"):
+        writer.publish(torch.zeros(10), {"mean": torch.zeros(3), "count": torch.tensor(1.5)})
+    assert channel.load_seq() == 0  # nothing published
+    writer.publish(*_snapshot(1.0))
+    reader = HostWeightReader(channel)
+    dst, extras = _dst()
+    with pytest.raises(RingLayoutError, match=r"destinations.*flat params: torch.int64"):
+        reader.poll(torch.zeros(10, dtype=torch.int64), extras)
+    assert reader.poll(dst, extras) == 1  # the float64 of a wider kind is fine: a cast up
+    assert reader.poll(torch.zeros(10, dtype=torch.float64), extras) is None  # nothing newer, no error
+
+
+def test_a_closed_reader_says_it_is_closed(channel: WeightChannel) -> None:
+    """A poll on a reader whose channel was closed in this process says so, not "a channel without slots"."""
+    reader = channel.handle.open_reader()
+    reader.close()
+    with pytest.raises(SegmentError, match="is closed in this process"):
+        reader.poll(*_dst())
+
+
+def test_extras_given_as_shape_and_dtype_pairs_are_refused_with_the_fix() -> None:
+    """WeightChannel.create takes FieldSpecs: a (shape, dtype) pair is refused in one line naming them."""
+    with pytest.raises(RingLayoutError, match=r"FieldSpec\(shape, dtype\)"):
+        WeightChannel.create(10, {"m": ((3,), torch.float32)})  # type: ignore[dict-item]
+
+
 def test_handle_attach_and_sequence_only_channel(channel: WeightChannel) -> None:
     """An attached channel sees published versions; a host_slots=False channel has no slots."""
     other = WeightChannel.attach(channel.handle)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import numbers
 import os
 import platform
 import sys
@@ -87,15 +88,32 @@ def _warn_once(kind: str, message: str) -> None:
 
 def _refusal(setting: str, bad: tuple[int, ...], allowed: tuple[int, ...], fix: str) -> BindingError:
     """The error for ``bad`` ids of ``setting``: names them, the allowed ones (cpulist format) and ``fix``."""
+    shown = ",".join(map(str, bad)) if any(value < 0 for value in bad) else format_cpulist(bad)
     message = (
-        f"{setting}={format_cpulist(bad) or '<empty>'} cannot be bound: "
+        f"{setting}={shown or '<empty>'} cannot be bound: "
         f"allowed {setting} are {format_cpulist(allowed) or '<none>'}; {fix}"
     )
     return BindingError(setting, bad, allowed, message)
 
 
+def _ids(setting: str, values: Iterable[int]) -> tuple[int, ...]:
+    """``values`` as sorted unique ids; a string, a lone number or a non-integer is refused with the fix.
+
+    Raises:
+        TypeError: ``values`` is not an iterable of integers.
+    """
+    fix = f"pass {setting} as integer ids, e.g. {setting}=[0, 1] or {setting}=parse_cpulist('0-1')"
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise TypeError(f"{setting}={values!r} is a {type(values).__name__}; {fix}")
+    ids = list(values)
+    odd = [value for value in ids if isinstance(value, bool) or not isinstance(value, numbers.Integral)]
+    if odd:
+        raise TypeError(f"{setting} holds {odd[0]!r}, a {type(odd[0]).__name__}; {fix}")
+    return tuple(sorted({int(value) for value in ids}))
+
+
 def _checked(setting: str, values: Iterable[int], allowed: tuple[int, ...]) -> tuple[int, ...]:
-    chosen = tuple(sorted(set(values)))
+    chosen = _ids(setting, values)
     if not chosen:
         raise _refusal(setting, (), allowed, f"pass at least one of the allowed {setting}, or None to skip")
     bad = tuple(value for value in chosen if value not in set(allowed))
@@ -155,7 +173,7 @@ def _bind(
         reason = f"binding is unsupported on {sys.platform}"
         _warn_once("unsupported", reason)
         return BindResult(cpus_applied=False, memory_applied=False, reason=reason)
-    node_set = None if nodes is None else tuple(sorted(set(nodes)))
+    node_set = None if nodes is None else _ids("nodes", nodes)
     if policy == "preferred" and node_set is not None and len(node_set) > 1:
         raise _refusal(
             "nodes",
@@ -198,6 +216,7 @@ def bind_current_process(
         BindingError: A CPU or node does not exist or is not allowed (the error lists the
             allowed set), the set is empty, or ``"preferred"`` got more than one node.
         ValueError: ``policy`` is not one of the three.
+        TypeError: ``cpus`` or ``nodes`` is not an iterable of integers (a string, a lone number).
     """
     return _bind(cpus, nodes, policy, all_threads=True)
 

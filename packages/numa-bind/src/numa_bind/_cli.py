@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from numa_bind._bind import binding_supported, current_mempolicy
 from numa_bind._cpulist import format_cpulist
@@ -64,12 +65,16 @@ def render_layout(layout: HostLayout) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``numa-bind`` command."""
-    parser = argparse.ArgumentParser(prog="numa-bind", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="numa-bind", description="Show the host's NUMA nodes, CPUs, memory and GPU locality."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     show = commands.add_parser("show", help="print NUMA nodes, CPUs, memory and GPU locality")
     show.add_argument("--sysfs-root", default="/sys", help="where sysfs is mounted (default: /sys)")
     show.add_argument("--no-gpus", action="store_true", help="skip the NVML/sysfs GPU locality query")
     args = parser.parse_args(argv)
+    if not (Path(args.sysfs_root) / "devices" / "system").is_dir():
+        parser.error(f"--sysfs-root {args.sysfs_root} holds no devices/system; give where sysfs is mounted")
     layout = discover_host(sysfs_root=args.sysfs_root, with_gpus=not args.no_gpus)
     policy = current_mempolicy()
     try:

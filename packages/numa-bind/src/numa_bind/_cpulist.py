@@ -26,7 +26,10 @@ def parse_cpulist(s: str) -> tuple[int, ...]:
 
     Raises:
         CpuListError: A token is not ``N`` or ``N-M`` with ``N <= M`` (the error names it).
+        TypeError: ``s`` is not a string.
     """
+    if not isinstance(s, str):
+        raise TypeError(f"parse_cpulist takes a string such as '0-3,8', got {s!r} (a {type(s).__name__})")
     text = s.strip()
     if not text:
         return ()

@@ -6,7 +6,7 @@ names. See the package README for a two-process example and ``wiki/transport.md`
 repository for the protocols.
 """
 
-from shm_transport._cleanup import cleanup_stale_segments, list_segments
+from shm_transport._cleanup import SegmentInfo, cleanup_stale_segments, list_segments
 from shm_transport._cursors import RingCursors, RingCursorsHandle
 from shm_transport._handshake import StartupHandshake
 from shm_transport._host_ring import HostRing, HostRingHandle
@@ -56,6 +56,7 @@ __all__ = [  # noqa: RUF022 (grouped by topic, not sorted)
     # segment housekeeping
     "cleanup_stale_segments",
     "list_segments",
+    "SegmentInfo",
     "default_prefix",
     # errors (every error class is in shm_transport.exceptions)
     "ShmTransportError",

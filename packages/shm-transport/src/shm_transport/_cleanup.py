@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shm_transport._segment import SHM_DIR, default_prefix, parse_creator_pid
+from shm_transport._segment import SHM_DIR, check_prefix, default_prefix, parse_creator_pid
 
 __all__ = ["SegmentInfo", "cleanup_stale_segments", "list_segments", "pid_alive"]
 
@@ -51,7 +51,7 @@ def list_segments(*, prefix: str | None = None) -> list[SegmentInfo]:
 
     ``prefix`` defaults to :func:`~shm_transport._segment.default_prefix` (``$SHMTX_PREFIX`` or ``shmtx-``).
     """
-    prefix = default_prefix() if prefix is None else prefix
+    prefix = default_prefix() if prefix is None else check_prefix(prefix, "prefix")
     found: list[SegmentInfo] = []
     try:
         entries = sorted(SHM_DIR.iterdir())

@@ -1,7 +1,7 @@
 """``shm-transport`` command: list and clean up shared-memory segments.
 
-``shm-transport list`` prints every ``shmtx-`` (or ``$SHMTX_PREFIX``) segment with its creator pid,
-size and whether the creator is alive; ``shm-transport cleanup [--dry-run]`` removes those whose
+`shm-transport list` prints every shmtx- (or $SHMTX_PREFIX) segment with its creator pid,
+size and whether the creator is alive; `shm-transport cleanup [--dry-run]` removes those whose
 creator is dead.
 """
 
@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from shm_transport._cleanup import cleanup_stale_segments, list_segments
+from shm_transport._segment import check_prefix
+from shm_transport.exceptions import SegmentError
 
 __all__ = ["main"]
 
@@ -19,7 +21,7 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
     parser = argparse.ArgumentParser(
-        prog="shm-transport", description=__doc__.splitlines()[0] if __doc__ else None
+        prog="shm-transport", description="List and clean up shm-transport's shared-memory segments."
     )
     parser.add_argument(
         "--prefix", default=None, help="segment name prefix (default: $SHMTX_PREFIX, else shmtx-)"
@@ -29,6 +31,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cleanup = commands.add_parser("cleanup", help="remove segments whose creator process is dead")
     cleanup.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     args = parser.parse_args(argv)
+    try:
+        if args.prefix is not None:
+            check_prefix(args.prefix, "--prefix")
+        return _run(args)
+    except SegmentError as error:  # a bad --prefix or $SHMTX_PREFIX: one line, not a traceback
+        parser.error(str(error))
+
+
+def _run(args: argparse.Namespace) -> int:
     out = sys.stdout
     if args.command == "list":
         segments = list_segments(prefix=args.prefix)

@@ -36,7 +36,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 from torch import Tensor
@@ -98,7 +98,6 @@ class HostRing(BlockingRingOps):
         self._slot_views: list[tuple[Tensor, ...]] = [
             tuple(self._regions[name][slot] for name in self._names) for slot in range(capacity)
         ]
-        self._slot_shapes = tuple(torch.Size((layout.num_envs, *spec.shape)) for _, spec in layout.fields)
 
     # ----------------------------------------------------------------------------------- lifecycle
     @staticmethod
@@ -241,37 +240,26 @@ class HostRing(BlockingRingOps):
         """Copy one slot in and publish it; False (nothing written) when the ring is full.
 
         Args:
-            fields: one tensor per layout field, shaped ``(num_envs, *shape)``, any device and any
-                dtype that casts to the field's dtype.
+            fields: one tensor per layout field, shaped ``(num_envs, *shape)``, on any device, of a
+                dtype that casts to the field's without changing kind (``RingLayout.check_push``).
 
         Raises:
-            RingLayoutError: a field is missing or has the wrong shape (nothing is published).
+            RingLayoutError: a field is missing, not a tensor, or has the wrong shape or a dtype of a
+                higher kind than the field's (nothing is published).
         """
         words = self._cursors()
         write = words[COUNTER_A]
         if write - words[COUNTER_B] >= self._capacity:
             return False
-        views = self._slot_views[write % self._capacity]
-        if len(fields) != len(views):
-            self._raise_bad_fields(fields)
-        for name, shape, view in zip(self._names, self._slot_shapes, views, strict=True):
-            src = fields.get(name)
-            if src is None or src.shape != shape:
-                self._raise_bad_fields(fields)
-            view.copy_(src)
+        self._layout.check_push(fields)
+        for name, view in zip(self._names, self._slot_views[write % self._capacity], strict=True):
+            view.copy_(fields[name])
         # Publish only after every copy_ above returned: Note [Ring memory ordering], facts 3 and 4.
         words[COUNTER_A] = write + 1
         return True
 
     def flush(self) -> None:
         """Nothing to wait for: ``push`` publishes each slot before it returns."""
-
-    def _raise_bad_fields(self, fields: Mapping[str, Any]) -> NoReturn:
-        expected = {name: (self._layout.num_envs, *spec.shape) for name, spec in self._layout.fields}
-        seen = {name: tuple(getattr(value, "shape", ())) for name, value in fields.items()}
-        raise RingLayoutError(
-            f"push got fields {seen}, the ring's layout needs exactly {expected} (shape (num_envs, *shape))"
-        )
 
     # ---------------------------------------------------------------------------------- consumer
     def read_span(self, max_slots: int) -> tuple[int, dict[str, Tensor]]:

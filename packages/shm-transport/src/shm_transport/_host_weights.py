@@ -113,7 +113,7 @@ class HostWeightReader(SeqlockVersions):
         channel = self._channel
         key = (id(dst_params), *map(id, dst_extras.values()))
         if key != self._checked or dst_params.shape != (channel.num_params,):  # full check once per set
-            check_snapshot(channel.num_params, channel.extras, dst_params, dst_extras)
+            check_snapshot(channel.num_params, channel.extras, dst_params, dst_extras, into=True)
             self._checked = key
         params_staging, extras_staging = self._staging_for(dst_params)
         for _ in range(self._max_retries):

@@ -313,7 +313,7 @@ class CudaIpcRing(BlockingRingOps):
         self._flush()
         if self._issued - self._cursors.read >= self._capacity:
             return False
-        self._check_fields(fields)
+        self._layout.check_push(fields)
         assert self._staging is not None and self._stream is not None
         if self._staging_free is not None:
             self._staging_free.synchronize()  # the previous H2D still reads the staging buffer
@@ -328,14 +328,6 @@ class CudaIpcRing(BlockingRingOps):
         self._issued += 1
         self._pending.append((self._issued, event))
         return True
-
-    def _check_fields(self, fields: Mapping[str, Tensor]) -> None:
-        expected = {name: (self._layout.num_envs, *spec.shape) for name, spec in self._layout.fields}
-        if len(fields) != len(expected) or any(
-            name not in fields or tuple(fields[name].shape) != shape for name, shape in expected.items()
-        ):
-            seen = {name: tuple(value.shape) for name, value in fields.items()}
-            raise RingLayoutError(f"push got fields {seen}, the ring's layout needs exactly {expected}")
 
     # ---------------------------------------------------------------------------------- consumer
     def read_span(self, max_slots: int) -> tuple[int, dict[str, Tensor]]:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from shm_transport._ipc_probe import require_cuda_ipc
-from shm_transport._seqlock import SeqlockVersions, check_snapshot
+from shm_transport._seqlock import PARAMS_DTYPE, SeqlockVersions, check_snapshot
 from shm_transport._weight_channel import WeightChannel, WeightChannelHandle
 from shm_transport.exceptions import CudaIpcUnavailable, SegmentError
 
@@ -48,7 +48,7 @@ class CudaIpcWeightWriter:
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         self._channel = channel
         self._device = dev
-        self._params: Tensor | None = torch.zeros((2, channel.num_params), dtype=torch.float32, device=dev)
+        self._params: Tensor | None = torch.zeros((2, channel.num_params), dtype=PARAMS_DTYPE, device=dev)
         self._extras = {
             name: torch.zeros((2, *spec.shape), dtype=spec.dtype, device=dev)
             for name, spec in channel.extras.items()
@@ -118,7 +118,7 @@ class CudaIpcWeightReader(SeqlockVersions):
         if self._params is None:
             raise SegmentError("CudaIpcWeightReader is closed")
         channel = self._channel
-        check_snapshot(channel.num_params, channel.extras, dst_params, dst_extras)
+        check_snapshot(channel.num_params, channel.extras, dst_params, dst_extras, into=True)
         current = torch.cuda.current_stream(self._device)
         for _ in range(self._max_retries):
             seq = channel.load_seq()

@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from shm_transport.exceptions import RingLayoutError
 
-__all__ = ["ALIGN", "FieldSpec", "RingLayout", "align_up"]
+__all__ = ["ALIGN", "FieldSpec", "RingLayout", "align_up", "casts_safely", "describe"]
 
 ALIGN = 64
 """Byte alignment of every field region (one x86-64 cache line)."""
@@ -30,6 +31,28 @@ ALIGN = 64
 def align_up(nbytes: int, alignment: int = ALIGN) -> int:
     """Round ``nbytes`` up to a multiple of ``alignment``."""
     return (nbytes + alignment - 1) // alignment * alignment
+
+
+def casts_safely(source: torch.dtype, target: torch.dtype) -> bool:
+    """Whether values of ``source`` may be stored as ``target`` without changing kind.
+
+    The same dtype, or a cast within its kind or up to a higher one (bool -> integer -> float ->
+    complex, ``torch.can_cast``). A float stored as an
+    integer (``2.7`` -> ``2``, ``-1.0`` -> ``255`` in uint8, the debug sentinel) or a complex stored as a
+    real number would lose more than precision, so the transport refuses it instead of casting silently.
+    """
+    return source == target or torch.can_cast(source, target)
+
+
+def _dtype_and_shape(dtype: torch.dtype, shape: tuple[int, ...]) -> str:
+    return f"{str(dtype).removeprefix('torch.')} {tuple(shape)}"
+
+
+def describe(value: object) -> str:
+    """A value as an error message shows it: a tensor's dtype and shape, else its type."""
+    if isinstance(value, Tensor):
+        return _dtype_and_shape(value.dtype, tuple(value.shape))
+    return type(value).__name__
 
 
 @dataclass(frozen=True)
@@ -92,14 +115,50 @@ class RingLayout:
     @classmethod
     def of(cls, num_envs: int, fields: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> RingLayout:
         """Build a layout from ``{"name": (shape, dtype), ...}`` (insertion order is storage order)."""
-        return cls(
-            num_envs, tuple((name, FieldSpec(tuple(shape), dtype)) for name, (shape, dtype) in fields.items())
-        )
+        specs = []
+        for name, entry in fields.items():
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], tuple | list)):
+                raise RingLayoutError(
+                    f"RingLayout.of got {name!r}: {entry!r}; give each field as (shape, dtype), "
+                    "e.g. 'obs': ((3,), torch.float32) or 'reward': ((), torch.float32)"
+                )
+            specs.append((name, FieldSpec(tuple(entry[0]), entry[1])))
+        return cls(num_envs, tuple(specs))
 
     @property
     def names(self) -> tuple[str, ...]:
         """Field names in storage order."""
         return tuple(name for name, _ in self.fields)
+
+    def check_push(self, fields: Mapping[str, object]) -> None:
+        """Raise unless ``fields`` is one slot of this layout.
+
+        That is exactly its fields, each a tensor shaped ``(num_envs, *shape)`` whose dtype casts
+        safely to the field's (``casts_safely``).
+
+        Raises:
+            RingLayoutError: what was given against what the layout needs (a ring publishes nothing then).
+        """
+        if len(fields) == len(self.fields):
+            for name, spec in self.fields:
+                src = fields.get(name)
+                if not (
+                    isinstance(src, Tensor)
+                    and src.shape == (self.num_envs, *spec.shape)
+                    and casts_safely(src.dtype, spec.dtype)
+                ):
+                    break
+            else:
+                return
+        seen = {name: describe(value) for name, value in fields.items()}
+        needed = {
+            name: _dtype_and_shape(spec.dtype, (self.num_envs, *spec.shape)) for name, spec in self.fields
+        }
+        raise RingLayoutError(
+            f"push got fields {seen}, the ring's layout needs exactly {needed}: tensors shaped "
+            "(num_envs, *shape) of a dtype that casts to the field's without changing kind "
+            "(no float into an integer field: convert or round it first)"
+        )
 
     def spec(self, name: str) -> FieldSpec:
         """The spec of field ``name``."""

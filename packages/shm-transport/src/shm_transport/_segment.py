@@ -82,24 +82,37 @@ PREFIX_ENV = "SHMTX_PREFIX"
 Processes that share one ``/dev/shm`` but not one pid namespace (containers), or a test run
 beside a live run, each set their own: creation, listing and the stale-segment sweep then see only
 names with their prefix, so no one removes another's segments."""
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*[A-Za-z._-]$")  # not ending in a digit: the pid follows
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]*[A-Za-z._-]$")  # not empty, not ending in a digit: the pid follows
+
+
+def check_prefix(prefix: str, setting: str) -> str:
+    """``prefix`` if it is a usable segment name prefix, given as ``setting`` (for the error).
+
+    Raises:
+        SegmentError: ``prefix`` is empty, holds characters other than letters, digits, ``.``, ``_``,
+            ``-``, or ends in a digit (the creator's pid follows it).
+    """
+    if not _PREFIX_RE.match(prefix):
+        raise SegmentError(
+            f"{setting}={prefix!r} is not a usable segment name prefix; use letters, digits, '.', '_' "
+            f"and '-' only, not ending in a digit (e.g. {setting}=shmtx-job42-)"
+        )
+    return prefix
 
 
 def default_prefix() -> str:
     """The segment name prefix in force: ``$SHMTX_PREFIX`` if set, else :data:`SEGMENT_PREFIX`.
 
     Raises:
-        SegmentError: ``SHMTX_PREFIX`` holds characters other than letters, digits, ``.``, ``_``, ``-``.
+        SegmentError: ``SHMTX_PREFIX`` is not a usable prefix (``check_prefix``); unset it for the default.
     """
     prefix = os.environ.get(PREFIX_ENV, "")
     if not prefix:
         return SEGMENT_PREFIX
-    if not _PREFIX_RE.match(prefix):
-        raise SegmentError(
-            f"{PREFIX_ENV}={prefix!r} is not a usable segment name prefix; use letters, digits, '.', '_' "
-            f"and '-' only, not ending in a digit (e.g. {PREFIX_ENV}=shmtx-job42-), or unset it"
-        )
-    return prefix
+    try:
+        return check_prefix(prefix, PREFIX_ENV)
+    except SegmentError as error:
+        raise SegmentError(f"{error}, or unset it") from None
 
 
 _NAME_TAIL_RE = re.compile(r"^(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")

@@ -39,13 +39,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
-import torch
 from torch import Tensor
 
 from shm_transport._host_weights import HostWeightReader
 from shm_transport._layout import FieldSpec, RingLayout, align_up
 from shm_transport._platform import check_store_order_platform
 from shm_transport._segment import COUNTER_A, HEADER_NBYTES, KIND_WEIGHTS, Segment
+from shm_transport._seqlock import PARAMS_DTYPE
 from shm_transport.exceptions import RingLayoutError, SegmentError
 
 __all__ = ["WeightChannel", "WeightChannelHandle"]
@@ -76,7 +76,7 @@ class WeightChannelHandle:
 
 
 def _fingerprint(num_params: int, extras: tuple[tuple[str, FieldSpec], ...], host_slots: bool) -> int:
-    fields = (("params", FieldSpec((num_params,), torch.float32)), *extras)
+    fields = (("params", FieldSpec((num_params,), PARAMS_DTYPE)), *extras)
     return RingLayout(1, fields).fingerprint() ^ int(host_slots)
 
 
@@ -100,7 +100,7 @@ class WeightChannel:
         if handle.host_slots:
             offset = HEADER_NBYTES
             for _ in range(2):
-                params = segment.data[offset : offset + handle.num_params * 4].view(torch.float32)
+                params = segment.data[offset : offset + handle.num_params * 4].view(PARAMS_DTYPE)
                 offset += align_up(handle.num_params * 4)
                 extras: dict[str, Tensor] = {}
                 for name, spec in handle.extras:
@@ -124,6 +124,12 @@ class WeightChannel:
         check_store_order_platform("WeightChannel.create")
         if num_params < 1:
             raise RingLayoutError(f"WeightChannel num_params={num_params} must be >= 1")
+        not_specs = {name: spec for name, spec in extras.items() if not isinstance(spec, FieldSpec)}
+        if not_specs:
+            raise RingLayoutError(
+                f"WeightChannel extras {not_specs} are not FieldSpecs; give each as FieldSpec(shape, dtype), "
+                "e.g. {'obs_mean': FieldSpec((17,), torch.float32)}"
+            )
         handle_extras = tuple((name, spec) for name, spec in extras.items())
         nbytes = HEADER_NBYTES + (2 * _slot_nbytes(num_params, handle_extras) if host_slots else 0)
         segment = Segment.create(
@@ -181,6 +187,7 @@ class WeightChannel:
     def slot(self, index: int) -> tuple[Tensor, dict[str, Tensor]]:
         """Views of host slot ``index`` (0 or 1): the flat parameters and the extras."""
         if not self._slots:
+            self._seq_words()  # closed in this process: that is what to say
             raise SegmentError(
                 f"WeightChannel {self._segment.name!r} has no host slots (host_slots=False); "
                 "use the CUDA-IPC writer/reader with it"
