@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from PIL import Image, ImageSequence
@@ -20,7 +22,7 @@ from fastsac_trainer.config.compose import compose_config
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.rendering import BACKENDS, _probe
 from fastsac_trainer.tasks import MujocoEnvFactory, env_factory_for
-from fastsac_trainer.video import check_camera
+from fastsac_trainer.video import CLIP_SIZE, check_video
 
 APP_DIR = Path(__file__).resolve().parents[1]
 
@@ -44,14 +46,48 @@ def test_locomotion_clips_follow_the_body_unless_the_user_names_another_camera()
 
 
 def test_a_camera_the_env_lacks_is_one_line_naming_its_cameras() -> None:
-    """check_camera refuses a camera name Ant-v5 lacks in one line that names the setting and 'track'."""
-    check_camera(MujocoEnvFactory(env_id="Ant-v5", video_camera="track"))
+    """check_video refuses a camera name Ant-v5 lacks in one line that names the setting and 'track'."""
+    check_video(MujocoEnvFactory(env_id="Ant-v5", video_camera="track"), CLIP_SIZE)
     with pytest.raises(TrainerAppError) as caught:
-        check_camera(MujocoEnvFactory(env_id="Ant-v5", video_camera="top"))
+        check_video(MujocoEnvFactory(env_id="Ant-v5", video_camera="top"), CLIP_SIZE)
     line = str(caught.value)
     assert "\n" not in line
     assert line.startswith("task.video_camera='top' is invalid: Ant-v5 has no camera of that name")
     assert "'track'" in line and "task.video_camera=null" in line
+
+
+class _Still(gym.Env[np.ndarray, np.ndarray]):
+    """A one-number env that renders a grey frame of its own size, if it takes a render mode at all."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    metadata: ClassVar[dict[str, object]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+
+    def render(self) -> np.ndarray:
+        return np.full((8, 8, 3), 128, np.uint8)
+
+
+class _Blind(_Still):
+    """The same env without a render_mode keyword: it cannot be asked for frames."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+def test_an_env_without_mujocos_frame_size_renders_and_one_without_render_mode_is_one_line() -> None:
+    """check_video makes an env that takes render_mode but no width/height; one taking neither is refused."""
+    for name, entry in (("StillQA-v0", _Still), ("BlindQA-v0", _Blind)):
+        if name not in gym.registry:
+            gym.register(name, entry_point=entry, max_episode_steps=5)
+    check_video(MujocoEnvFactory(env_id="StillQA-v0"), CLIP_SIZE)
+    with pytest.raises(TrainerAppError) as caught:
+        check_video(MujocoEnvFactory(env_id="BlindQA-v0"), CLIP_SIZE)
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith("video=true is invalid for BlindQA-v0: it cannot be made to")
+    assert "render_mode" in line
 
 
 def test_the_async_trainers_evaluation_record_keeps_a_failed_clips_reason() -> None:

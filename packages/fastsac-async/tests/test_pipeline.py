@@ -505,3 +505,25 @@ def test_a_spin_that_finds_no_room_ends_in_one_sleep(rings: Rings, monkeypatch: 
     stepped, sleeps, calls = _wait_once(rings, monkeypatch, [True], spin_s=0.2)
     assert (stepped, sleeps) == (False, [0.25])
     assert calls > 1
+
+
+class _NanAt(FakeBatchedEnv):
+    """The fake env, paying a NaN reward to env 1 at its third step."""
+
+    def step(self, actions: Any) -> Any:
+        result = super().step(actions)
+        if self._steps == 3:
+            result.rewards[1] = float("nan")
+        return result
+
+
+def test_a_collector_refuses_a_nan_from_its_env_and_pushes_nothing_of_that_step(rings: Rings) -> None:
+    """The env's step is checked before its push: a NaN reward raises EnvOutputError naming the env row."""
+    from fastsac_core import EnvOutputError
+
+    ring = rings.make(2, 8, shared_obs=True)
+    collector = random_collector(_NanAt(2, seed=0, shared_obs=True), ring, CFG)
+    assert collector.step_once() and collector.step_once()
+    with pytest.raises(EnvOutputError, match=r"_NanAt's step\(\) returned rewards holding nan \(env 1 of"):
+        collector.step_once()
+    assert ring.size() == 2

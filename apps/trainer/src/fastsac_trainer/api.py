@@ -70,8 +70,10 @@ def hydra_value(value: object, setting: str) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
+        # A value is data, never an interpolation: ``${`` is escaped (``\${``, its backslashes doubled).
+        text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
         # Hydra's quoted strings: backslashes are literal except a run before a quote or the end.
-        text = re.sub(r"(\\+)$", r"\1\1", value)
+        text = re.sub(r"(\\+)$", r"\1\1", text)
         return "'" + re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text) + "'"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v, setting) for v in value) + "]"

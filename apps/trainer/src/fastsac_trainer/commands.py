@@ -87,7 +87,8 @@ EVAL = Command(
     summary=(
         "Run a checkpoint's deterministic policy (the squashed mean action) for N episodes and print the "
         "mean return, with its std, min, max and the mean episode length. The env is the run's (its "
-        "config.yaml), or task=NAME's; video=true also records one episode."
+        "config.yaml), or task=NAME's; task.* options change its settings (over task=gym's for a "
+        "checkpoint without its run folder). video=true also records one episode."
     ),
     options=(
         Option("checkpoint", "PATH", "a checkpoint file, or a run folder (its latest checkpoint)", True),
@@ -95,6 +96,16 @@ EVAL = Command(
         Option("seed", "S", "seed of the envs (default 0)"),
         Option(
             "task", "NAME", "whose env to run, for a checkpoint without its run folder (default: the run's)"
+        ),
+        *(
+            Option(f"task.{key}", value, what)
+            for key, value, what in (
+                ("env_id", "ID", "the gymnasium id of your env"),
+                ("env_import", "MODULE", "the module whose import registers it"),
+                ("env_factory", "MOD:FN", "your batched env's factory"),
+                ("env_kwargs", "{k:v}", "keyword arguments of the env"),
+                ("max_episode_steps", "N", "its time limit"),
+            )
         ),
         Option("device", "DEV", "cpu or cuda[:N] (default cpu)"),
         Option("video", "true", "also write an MP4 of one episode (needs offscreen OpenGL)"),
@@ -108,6 +119,7 @@ EVAL = Command(
     examples=(
         "trainer eval checkpoint=runs/hopper-20261203-101500",
         "trainer eval checkpoint=runs/hopper-20261203-101500 episodes=20 seed=1 video=true",
+        "trainer eval checkpoint=model.pt task.env_id=MyArm-v0 task.env_import=my_package.envs",
     ),
 )
 

@@ -64,32 +64,61 @@ def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy,
     return policy, meta
 
 
-def _env_factory(
-    run_dir: Path | None, task: str | None, checkpoint: Path, dims: dict[str, Any]
-) -> EnvFactory:
-    """The env of ``task`` (registry), or else of the run folder's saved config, once it fits the policy.
+def _task_options(options: dict[str, str]) -> dict[str, Any]:
+    """The ``task.*`` options of ``trainer eval``, as a task node's values (``env_kwargs`` a dict).
 
-    One env is made to read its sizes, so an env that cannot be made (a module no longer on the path)
-    or one of other sizes than the checkpoint's is one line before any episode runs.
+    Raises:
+        TrainerAppError: ``task.env_kwargs`` is not a ``{key:value}`` mapping, or the time limit no count.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    given: dict[str, Any] = {k.removeprefix("task."): v for k, v in options.items() if k.startswith("task.")}
+    if "env_kwargs" in given:
+        text = given["env_kwargs"]
+        try:
+            given["env_kwargs"] = OverridesParser.create().parse_overrides([f"x={text}"])[0].value()
+        except HydraException:
+            given["env_kwargs"] = None
+        if not isinstance(given["env_kwargs"], dict):
+            raise TrainerAppError(f"task.env_kwargs={text!r} is invalid: write a mapping, e.g. '{{a:1,b:x}}'")
+    if "max_episode_steps" in given:
+        given["max_episode_steps"] = parse_int("task.max_episode_steps", given["max_episode_steps"], 1)
+    return given
+
+
+def _env_factory(
+    run_dir: Path | None, options: dict[str, str], checkpoint: Path, dims: dict[str, Any]
+) -> EnvFactory:
+    """The env of ``task=`` (registry), or else of the run folder's saved config, once it fits the policy.
+
+    ``task.*`` options go on top of either; without both, on ``task=gym`` (a lone checkpoint of a user's
+    env). One env is made to read its sizes, so an env that cannot be made (a module no longer on the
+    path) or one of other sizes than the checkpoint's is one line before any episode runs.
 
     Raises:
         TrainerAppError: No env to run, it cannot be made, or its sizes differ from the checkpoint's.
     """
     saved = None if run_dir is None else RunLayout(run_dir).config
+    task = options.get("task")
+    given = _task_options(options)
     trained = None
     try:
         if saved is not None and saved.is_file():
             cfg: Any = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
             trained = cfg["task"]["name"]
         if task is not None:
-            factory: EnvFactory = get_task(task).env_factory()
-        elif trained is None:
+            node: dict[str, Any] | None = None if not given else {"name": task, **given}
+        elif trained is not None:
+            node = {**cfg["task"], **given}
+        elif given:
+            node = {"name": "gym", **given}
+        else:
             raise TrainerAppError(
                 f"checkpoint={str(checkpoint)!r} is not in a run folder with a {RunLayout(Path()).config}; "
-                "pass task=NAME to say which env"
+                "pass task=NAME, or task.env_id=ID (your env) to say which env"
             )
-        else:
-            factory = env_factory_for(cfg["task"])
+        factory: EnvFactory = env_factory_for(node) if node is not None else get_task(str(task)).env_factory()
         seen = probe_dims(factory)
     except TaskError as error:
         raise TrainerAppError(str(error)) from None
@@ -153,21 +182,25 @@ def _eval_main(args: list[str]) -> int:
     episodes = parse_int("episodes", options.get("episodes", "10"), 1)
     seed = parse_int("seed", options.get("seed", "0"), 0)
     policy, meta = load_policy(checkpoint, options.get("device", "cpu"))
-    factory = _env_factory(run_dir, options.get("task"), checkpoint, meta["dims"])
+    factory = _env_factory(run_dir, options, checkpoint, meta["dims"])
+    video_out = None
+    if wants_video(options):  # refused before the episodes, not after them
+        from fastsac_trainer.video import VIDEO_SIZE, check_video
+
+        default_out = RunLayout(checkpoint.parent.parent).video(checkpoint.stem)
+        video_out = Path(options.get("video_out", default_out))
+        video_steps = parse_int("video_steps", options.get("video_steps", "1000"), 1)
+        check_video(factory, VIDEO_SIZE, video_out)
     result = evaluate(policy, factory, episodes, seed)
     sys.stdout.write(
         f"{getattr(factory, 'label', 'env')} {checkpoint}: mean return {result.mean_return:.2f} "
         f"(std {np.std(result.returns):.2f}, min {min(result.returns):.2f}, max {max(result.returns):.2f}) "
         f"over {episodes} episodes, mean length {np.mean(result.lengths):.1f}\n"
     )
-    if wants_video(options):
+    if video_out is not None:
         from fastsac_trainer.video import record_video
 
-        default_out = RunLayout(checkpoint.parent.parent).video(checkpoint.stem)
-        video = record_video(
-            policy, factory, Path(options.get("video_out", default_out)), seed=seed,
-            max_steps=parse_int("video_steps", options.get("video_steps", "1000"), 1),
-        )  # fmt: skip
+        video = record_video(policy, factory, video_out, seed=seed, max_steps=video_steps)
         assert video is not None  # only a should_stop stops it
         sys.stdout.write(f"video: {video.path} ({video.frames} frames, {video.fps} fps)\n")
     return 0

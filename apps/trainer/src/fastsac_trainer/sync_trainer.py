@@ -31,26 +31,32 @@ touch training.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fastsac_async import StopReason
+from fastsac_async import RunLayout, StopReason
 from fastsac_core import (
     F32,
     BatchedEnv,
     CheckpointError,
     FastSACAgent,
+    FastSACCoreError,
     ReplayBuffer,
     ReplaySaver,
     ResumableEnv,
+    check_reset,
+    check_step,
+    env_label,
     learning_started,
     load_checkpoint,
     load_replay,
@@ -60,9 +66,11 @@ from fastsac_core import (
 )
 from fastsac_trainer._episode_stats import EpisodeStats
 from fastsac_trainer.boot_clock import BootClock
+from fastsac_trainer.config.exceptions import EnvError, TrainerAppError
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse, time_left
 from fastsac_trainer.sync_eval import InlineEvaluation
+from fastsac_trainer.tasks.exceptions import TaskError, env_fault
 
 __all__ = ["SyncResult", "run_sync"]
 
@@ -163,6 +171,29 @@ def _start_envs(plan: RunPlan, agent: FastSACAgent, env: BatchedEnv, iteration: 
     return env.reset()
 
 
+@contextlib.contextmanager
+def _env_call(env: BatchedEnv, call: str, layout: RunLayout) -> Iterator[None]:
+    """An exception the env's own code raises in ``call`` becomes one line naming the env and the place.
+
+    The traceback goes to ``async_errors/trainer_error.log`` of the run (where a worker's would be), and
+    the run stops as a worker's failure stops an asynchronous one.
+
+    Raises:
+        EnvError: The env raised; the message names it, the error, where it was raised and the file.
+    """
+    try:
+        yield
+    except (TrainerAppError, FastSACCoreError, TaskError):  # already one line
+        raise
+    except Exception as error:
+        path = layout.error_log("trainer")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(traceback.format_exception(error)), encoding="utf-8")
+        raise EnvError(
+            f"{env_label(env)}'s {call}() raised {env_fault(error)}; the run stopped (traceback: {path})"
+        ) from error
+
+
 def _env_state(env: BatchedEnv) -> dict[str, object]:
     """What the replay file keeps of the envs: their state when they can save it (Note [env state])."""
     state = env.save_state() if isinstance(env, ResumableEnv) else None
@@ -251,7 +282,9 @@ def run_sync(
     report = evals.report
 
     try:
-        obs, critic_obs = _start_envs(plan, agent, env, iteration)
+        with _env_call(env, "reset", plan.run.layout):
+            obs, critic_obs = _start_envs(plan, agent, env, iteration)
+        check_reset(env, obs, critic_obs)
         # The protocol keeps step arrays valid only until the next step, so the pre-step obs the
         # buffer needs is copied (~10 µs) rather than relied on (MujocoBatchedEnv would keep it).
         held_obs = np.empty_like(obs)
@@ -283,7 +316,9 @@ def run_sync(
             if held_critic_obs is not held_obs:
                 np.copyto(held_critic_obs, critic_obs)
             t1 = time.perf_counter()
-            result = env.step(actions)
+            with _env_call(env, "step", plan.run.layout):
+                result = env.step(actions)
+            check_step(env, result)
             t2 = time.perf_counter()
             held = (torch.from_numpy(held_obs), torch.from_numpy(held_critic_obs), torch.from_numpy(actions))
             agent.buffer.extend(step_transition(*held, result))

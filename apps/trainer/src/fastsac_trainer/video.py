@@ -5,7 +5,8 @@ One episode of the run's env (reset with the eval seed), rendered offscreen by M
 Frames: the reset state, then one per step until the episode ends or ``max_steps`` steps. A file
 appears whole or not at all (written beside, then renamed). The camera is the factory's
 ``video_camera`` (``task.video_camera``: the locomotion tasks' ``track`` camera follows the body); a
-name the env's model lacks is refused in one line (:func:`check_camera`).
+name the env's model lacks, or an env that cannot render, is refused in one line before anything is
+evaluated (:func:`check_video`).
 
 :class:`EvalClips` is the clip recorder of evaluations during training
 (``algo.trainer.eval_video_every``): the MP4, and beside it a GIF of the same clip (at most
@@ -38,9 +39,10 @@ if TYPE_CHECKING:
 __all__ = [
     "CLIP_SIZE",
     "GIF_MAX_FRAMES",
+    "VIDEO_SIZE",
     "EvalClips",
     "VideoInfo",
-    "check_camera",
+    "check_video",
     "gif_of",
     "mp4_unavailable",
     "record_video",
@@ -48,6 +50,8 @@ __all__ = [
 
 CLIP_SIZE = 256
 """Width and height, in pixels, of the clips of evaluations (a multiple of 16)."""
+VIDEO_SIZE = 480
+"""Width and height, in pixels, of ``trainer eval``'s video (a multiple of 16)."""
 GIF_MAX_FRAMES = 100
 """Most frames of a clip's GIF: every n-th frame is kept, each shown n times as long."""
 
@@ -86,8 +90,8 @@ def record_video(
     *,
     seed: int,
     max_steps: int,
-    width: int = 480,
-    height: int = 480,
+    width: int = VIDEO_SIZE,
+    height: int = VIDEO_SIZE,
     should_stop: Callable[[], bool] = lambda: False,
     gif: bool = False,
 ) -> VideoInfo | None:
@@ -111,33 +115,9 @@ def record_video(
         TrainerAppError: The env is not a gymnasium env this can render (a user's ``env_factory``), or
             an MP4 is asked (without ``gif``) where none can be written.
     """
-    import gymnasium as gym
-
-    from fastsac_trainer.config.exceptions import TrainerAppError
-    from fastsac_trainer.tasks import MujocoEnvFactory, import_env_module
-    from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
-
-    mp4 = out.suffix.lower() != ".gif"
-    no_mp4 = mp4_unavailable() if mp4 else None
-    if no_mp4 is not None and not gif:
-        raise TrainerAppError(
-            f"video_out={out} is invalid: {no_mp4}; install it or use video_out={out.stem}.gif"
-        )
-    if not isinstance(factory, MujocoEnvFactory):
-        raise TrainerAppError(
-            f"video=true is invalid for this run: its env comes from {type(factory).__name__}, not a "
-            "gymnasium id; record videos of gymnasium tasks (task.env_id), or render your env yourself"
-        )
-    import_env_module(factory.env_import)
-    camera: dict[str, Any] = {} if factory.video_camera is None else {"camera_name": factory.video_camera}
-    with quiet_mujoco_compiler():
-        env: Any = gym.make(factory.env_id, render_mode="rgb_array", width=width, height=height,
-                            max_episode_steps=factory.max_episode_steps, **camera,
-                            **factory.env_kwargs)  # fmt: skip
+    no_mp4 = _mp4_refusal(out, gif)
+    env = _render_env(factory, width, height)
     try:
-        fault = _camera_fault(factory, env)
-        if fault is not None:
-            raise fault
         obs, _ = env.reset(seed=seed)
         frames = [env.render()]
         for _ in range(max_steps):
@@ -152,7 +132,7 @@ def record_video(
     finally:
         env.close()
     out.parent.mkdir(parents=True, exist_ok=True)
-    if not mp4 or no_mp4 is not None:  # Pillow alone: no ffmpeg needed
+    if out.suffix.lower() == ".gif" or no_mp4 is not None:  # Pillow alone: no ffmpeg needed
         gif_out = out.with_suffix(".gif")
         _write_whole(gif_out, gif_of(frames, fps))
         return VideoInfo(gif_out, len(frames[:: _gif_stride(len(frames))]), fps)
@@ -190,28 +170,89 @@ def _camera_fault(factory: MujocoEnvFactory, env: Any) -> TrainerAppError | None
     )
 
 
-def check_camera(factory: object) -> None:
-    """Refuse a ``video_camera`` the env of ``factory`` lacks, before any clip is due (one env is made).
+def check_video(factory: object, size: int, out: Path | None = None) -> None:
+    """Refuse, before anything is evaluated, a video that ``record_video`` could not make.
+
+    Makes the render env once and closes it (:func:`_render_env`): not a gymnasium id, an env that
+    takes no ``render_mode``, a ``video_camera`` its model lacks; and with ``out``, an MP4 where none
+    can be written.
 
     Raises:
-        TrainerAppError: One line: the camera, the env's cameras, the fix.
+        TrainerAppError: One line: what is wrong and the fix.
+    """
+    if out is not None:
+        _mp4_refusal(out, gif=False)
+    _render_env(factory, size, size).close()
+
+
+def _mp4_refusal(out: Path, gif: bool) -> str | None:
+    """Why no MP4 can be written to ``out`` (None: it can, or ``out`` is a GIF).
+
+    Raises:
+        TrainerAppError: ``out`` is an MP4 that cannot be written and no GIF may stand in (``gif``).
+    """
+    from fastsac_trainer.config.exceptions import TrainerAppError
+
+    no_mp4 = mp4_unavailable() if out.suffix.lower() != ".gif" else None
+    if no_mp4 is not None and not gif:
+        raise TrainerAppError(
+            f"video_out={out} is invalid: {no_mp4}; install it or use video_out={out.stem}.gif"
+        )
+    return no_mp4
+
+
+def _render_env(factory: object, width: int, height: int) -> Any:
+    """The env of ``factory`` made to render ``rgb_array`` frames of ``width`` × ``height``, camera checked.
+
+    MuJoCo's envs take the frame size (and ``camera_name``) as keywords of their own; an env that does
+    not is made with ``render_mode`` alone, at its own frame size.
+
+    Raises:
+        TrainerAppError: The env is not a gymnasium id (a user's ``env_factory``), cannot be made to
+            render (one line: gymnasium's error, the fix), or lacks ``task.video_camera``.
     """
     import gymnasium as gym
 
+    from fastsac_trainer.config.exceptions import TrainerAppError
     from fastsac_trainer.tasks import MujocoEnvFactory, import_env_module
     from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
 
-    if not isinstance(factory, MujocoEnvFactory) or factory.video_camera is None:
-        return
+    if not isinstance(factory, MujocoEnvFactory):
+        raise TrainerAppError(
+            f"video=true is invalid for this run: its env comes from {type(factory).__name__}, not a "
+            "gymnasium id; record videos of gymnasium tasks (task.env_id), or render your env yourself"
+        )
     import_env_module(factory.env_import)
-    with quiet_mujoco_compiler():
-        env: Any = gym.make(factory.env_id, **factory.env_kwargs)
-    try:
-        fault = _camera_fault(factory, env)
-    finally:
-        env.close()
+    camera: dict[str, Any] = {} if factory.video_camera is None else {"camera_name": factory.video_camera}
+    common = {
+        "render_mode": "rgb_array",
+        "max_episode_steps": factory.max_episode_steps,
+        **factory.env_kwargs,
+    }
+    env: Any = None
+    for sized in (True, False):
+        try:
+            with quiet_mujoco_compiler():
+                env = gym.make(
+                    factory.env_id,
+                    **common,
+                    **({"width": width, "height": height, **camera} if sized else {}),
+                )
+            break
+        except Exception as error:  # gymnasium and the env's own code raise many types: one line
+            if sized and isinstance(error, TypeError):
+                continue  # no frame size of MuJoCo's kind: once more with render_mode alone
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise TrainerAppError(
+                f"video=true is invalid for {factory.env_id}: it cannot be made to render rgb_array "
+                f"frames ({type(error).__name__}: {first}); record videos of an env that takes "
+                "render_mode='rgb_array'"
+            ) from None
+    fault = _camera_fault(factory, env)
     if fault is not None:
+        env.close()
         raise fault
+    return env
 
 
 def _write_whole(path: Path, data: bytes) -> None:

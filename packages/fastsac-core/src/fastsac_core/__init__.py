@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         save_policy_checkpoint,
     )
     from ._compile_cache import CompileCache, use_compile_cache
+    from ._env_checks import check_reset, check_step, env_label
     from ._evaluate import EvalResult, evaluate_policy
     from ._execution import ExecutionPolicy
     from ._inference import InferencePolicy
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from ._schema import policy_extra_fields, step_transition, transition_fields
     from .config import FastSACConfig, batch_choices, batch_per_env
     from .env import F32, BatchedEnv, EnvDims, EnvFactory, ResumableEnv, StepResult
-    from .exceptions import CheckpointError, ConfigError, FastSACCoreError, ReplayBufferError
+    from .exceptions import CheckpointError, ConfigError, EnvOutputError, FastSACCoreError, ReplayBufferError
 
 __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     # Contracts: the batched env a trainer steps, the hyper-parameters and the batch's split over envs
@@ -62,6 +63,9 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "StepResult",
     "batch_choices",
     "batch_per_env",
+    "check_reset",
+    "check_step",
+    "env_label",
     # Training schedule: when learning starts and the updates each env batch owes (both trainers)
     "learning_started",
     "updates_due",
@@ -105,6 +109,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     # Errors
     "CheckpointError",
     "ConfigError",
+    "EnvOutputError",
     "FastSACCoreError",
     "ReplayBufferError",
 ]
@@ -120,6 +125,7 @@ _HOMES = {  # the module that defines each exported name
         "save_policy_checkpoint",
     ),
     "._compile_cache": ("CompileCache", "use_compile_cache"),
+    "._env_checks": ("check_reset", "check_step", "env_label"),
     "._evaluate": ("EvalResult", "evaluate_policy"),
     "._execution": ("ExecutionPolicy",),
     "._inference": ("InferencePolicy",),
@@ -140,7 +146,13 @@ _HOMES = {  # the module that defines each exported name
     "._schema": ("policy_extra_fields", "step_transition", "transition_fields"),
     ".config": ("FastSACConfig", "batch_choices", "batch_per_env"),
     ".env": ("F32", "BatchedEnv", "EnvDims", "EnvFactory", "ResumableEnv", "StepResult"),
-    ".exceptions": ("CheckpointError", "ConfigError", "FastSACCoreError", "ReplayBufferError"),
+    ".exceptions": (
+        "CheckpointError",
+        "ConfigError",
+        "EnvOutputError",
+        "FastSACCoreError",
+        "ReplayBufferError",
+    ),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "EnvOutputError",
     "FastSACCoreError",
     "ReplayBufferError",
 ]
@@ -52,3 +53,7 @@ class ReplayBufferError(FastSACCoreError, ValueError):
 
 class CheckpointError(FastSACCoreError):
     """A checkpoint is missing, unreadable, or does not match the agent it is loaded into."""
+
+
+class EnvOutputError(FastSACCoreError, ValueError):
+    """A batched env returned arrays that break its protocol: a shape, a flag's dtype, a NaN, an infinity."""

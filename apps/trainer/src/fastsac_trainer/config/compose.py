@@ -17,7 +17,7 @@ from hydra import compose, initialize
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.config.schema import RootConfig
@@ -40,9 +40,18 @@ def compose_config(overrides: list[str]) -> DictConfig:
     register_configs()
     try:
         with initialize(version_base=None, config_path=None):
-            return compose(config_name=PRIMARY_CONFIG, overrides=overrides)
+            cfg = compose(config_name=PRIMARY_CONFIG, overrides=overrides)
     except (HydraException, OmegaConfBaseException) as error:
         raise TrainerAppError(condense_error(error)) from None
+    try:  # every ${...} a value holds, resolved once here: a bad one is one line now, not a traceback later
+        OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as error:
+        first = str(error).splitlines()[0]
+        raise TrainerAppError(
+            f"an override holds an interpolation that does not resolve ({first}); a literal '${{' in a "
+            "value is written '\\${' (e.g. 'task.env_kwargs={name:\"cost_\\${x}\"}')"
+        ) from None
+    return cfg
 
 
 def _refuse_hydra_settings(overrides: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "TrainerAppError"]
+__all__ = ["ConfigError", "EnvError", "TrainerAppError"]
 
 
 class TrainerAppError(Exception):
@@ -23,3 +23,7 @@ class ConfigError(TrainerAppError, ValueError):
         self.value = value
         self.fix = fix
         super().__init__(f"{setting}={value!r} is invalid: {fix}")
+
+
+class EnvError(TrainerAppError):
+    """The env raised while a synchronous run stepped it: the run stopped, and the message says where."""

@@ -204,7 +204,7 @@ def eval_settings(trainer: Mapping[str, Any], factory: object) -> EvalSettings |
     Raises:
         ConfigError: A value the record refuses (its own rule), worded with the key path, or clips
             asked of an env that is not a gymnasium id.
-        TrainerAppError: Clips asked of a ``task.video_camera`` the env lacks.
+        TrainerAppError: Clips asked of an env that cannot render, or of a ``task.video_camera`` it lacks.
     """
     every = trainer["eval_video_every"]
     if trainer["eval_interval_s"] is None and trainer["eval_interval"] is None:
@@ -215,13 +215,13 @@ def eval_settings(trainer: Mapping[str, Any], factory: object) -> EvalSettings |
     clips = None
     if isinstance(every, int) and every > 0:
         from fastsac_trainer.tasks import MujocoEnvFactory
-        from fastsac_trainer.video import EvalClips, check_camera
+        from fastsac_trainer.video import CLIP_SIZE, EvalClips, check_video
 
         if not isinstance(factory, MujocoEnvFactory):
             fix = (f"use 0: clips are rendered of gymnasium tasks (task.env_id), and this run's env comes "
                    f"from {type(factory).__name__}")  # fmt: skip
             raise ConfigError("algo.trainer.eval_video_every", every, fix)
-        check_camera(factory)
+        check_video(factory, CLIP_SIZE)
         clips = EvalClips(factory, trainer["eval_video_steps"])
     try:
         return EvalSettings(

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from fastsac_core import EnvDims, EnvFactory
+from fastsac_core import EnvDims, EnvFactory, EnvOutputError, check_reset, check_step
 from fastsac_trainer.tasks._mujoco_env import MujocoBatchedEnv
-from fastsac_trainer.tasks.exceptions import TaskError
+from fastsac_trainer.tasks.exceptions import TaskError, env_fault
 
 __all__ = ["MujocoEnvFactory", "import_env_module", "import_user_module", "probe_dims"]
 
@@ -25,9 +25,14 @@ def import_user_module(module: str, setting: str) -> ModuleType:
         return importlib.import_module(module)
     except Exception as error:  # any import-time failure of the user's module is one line.
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise TaskError(
-            f"{setting} is invalid: {first}; put the module's folder on PYTHONPATH "
-            "(or install its package) so every process can import it"
+        missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        if missing is not None and (module == missing or module.startswith(f"{missing}.")):
+            raise TaskError(
+                f"{setting} is invalid: {first}; put the module's folder on PYTHONPATH "
+                "(or install its package) so every process can import it"
+            ) from None
+        raise TaskError(  # found, but its own code failed (or something it imports is missing)
+            f"{setting} is invalid: importing {module} raised {type(error).__name__}: {first}; fix the module"
         ) from None
 
 
@@ -86,9 +91,30 @@ class MujocoEnvFactory:
 
 
 def probe_dims(factory: EnvFactory) -> EnvDims:
-    """Dimensions and action bounds of a task, read from a one-env batch that is closed after."""
+    """Dimensions and action bounds of a task, read from a one-env batch that is closed after.
+
+    The batch is also reset and stepped once with random actions, its arrays checked
+    (``fastsac_core.check_reset``, ``check_step``): an env that returns the wrong shapes, flags that
+    are not booleans or non-finite numbers on its first step is refused here, in one line, before
+    any process starts.
+
+    Raises:
+        TaskError: Its reset or step raised, or returned what the protocol does not allow.
+    """
     env = factory(1, 0)
     try:
+        try:
+            obs, critic_obs = env.reset()
+            check_reset(env, obs, critic_obs)
+            check_step(env, env.step(env.sample_actions()))
+        except TaskError:
+            raise
+        except EnvOutputError as error:
+            raise TaskError(f"the task's env is invalid: {error}") from None
+        except Exception as error:  # the env's own code raises any type: one line, where it was raised
+            raise TaskError(
+                f"the task's env failed its first reset and step: {env_fault(error)}; fix the env"
+            ) from error
         return env.dims
     finally:
         env.close()

@@ -199,15 +199,23 @@ class MujocoBatchedEnv:
                 wrapped = [gym.make(env_id, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
         except Exception as error:  # gymnasium and the env's own code raise many types: one line
             raise _make_failed(env_id, env_kwargs or {}, error) from error
+        obs_space, act_space = check_spaces(env_id, wrapped[0].observation_space, wrapped[0].action_space)
         spec_limit = wrapped[0].spec.max_episode_steps if wrapped[0].spec is not None else None
         limit = max_episode_steps if max_episode_steps is not None else spec_limit
-        self._max_episode_steps = int(limit) if limit is not None else np.iinfo(np.int64).max
+        if limit is None:
+            for env in wrapped:
+                env.close()
+            raise TaskError(
+                f"{env_id} registers no time limit and task.max_episode_steps is not set: an episode "
+                "that never ends would hold the evaluation and the episode statistics forever; give "
+                "task.max_episode_steps=<the longest episode, in steps>"
+            )
+        self._max_episode_steps = int(limit)
         # Kept wrappers report their own truncation (TimeLimit): no count of ours cuts episodes then.
         self._own_limit = np.iinfo(np.int64).max if keep_wrappers else self._max_episode_steps
         self._keep_wrappers = keep_wrappers
         self._envs: list[Any] = wrapped if keep_wrappers else [env.unwrapped for env in wrapped]
 
-        obs_space, act_space = check_spaces(env_id, wrapped[0].observation_space, wrapped[0].action_space)
         obs_dim = int(obs_space.shape[0])
         act_dim = int(act_space.shape[0])
         self._low = np.asarray(act_space.low, dtype=np.float32)
@@ -229,7 +237,7 @@ class MujocoBatchedEnv:
         self._rewards = np.zeros(n, np.float32)
         self._terminated = np.zeros(n, np.bool_)
         self._env_truncated = np.zeros(n, np.bool_)
-        self._actions = np.zeros((n, act_dim), np.float32)
+        self._action_shape = (n, act_dim)
         self._ep_return = np.zeros(n, np.float64)
         self._ep_length = np.zeros(n, np.int64)
         self._rng = _action_rng(seed)
@@ -273,7 +281,7 @@ class MujocoBatchedEnv:
         obs = self._obs[self._parity]
         for i, env in enumerate(self._envs):
             o, _ = env.reset(seed=None if seeds is None else seeds[i])
-            obs[i] = o
+            obs[i] = self._checked_obs(o, "reset")
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
         self._has_reset = True
@@ -290,20 +298,22 @@ class MujocoBatchedEnv:
         """
         if not self._has_reset:
             raise TaskError(f"step() on {self._env_id} before reset(); call reset() once first")
-        if actions.shape != self._actions.shape:
+        if actions.shape != self._action_shape:
             raise TaskError(
                 f"actions of shape {actions.shape} for {self.num_envs} envs of {self._env_id}; "
-                f"pass an array of shape {self._actions.shape}"
+                f"pass an array of shape {self._action_shape}"
             )
-        np.clip(actions, self._low, self._high, out=self._actions)
+        # A new array every step, never a reused buffer: an env may keep the action it was given (an
+        # action-rate penalty keeps the previous one), and its row must not change under it.
+        clipped = np.clip(actions, self._low, self._high).astype(np.float32, copy=False)
         self._parity ^= 1
         obs = self._obs[self._parity]
         rewards = self._rewards
         terminated = self._terminated
         env_truncated = self._env_truncated
         for i, env in enumerate(self._envs):
-            o, r, term, trunc, _ = env.step(self._actions[i])
-            obs[i] = o
+            o, r, term, trunc, _ = env.step(clipped[i])
+            obs[i] = self._checked_obs(o, "step")
             rewards[i] = r
             terminated[i] = term
             env_truncated[i] = trunc
@@ -319,7 +329,7 @@ class MujocoBatchedEnv:
             self._final_obs[ended] = obs[ended]
             for j in ended.tolist():
                 o, _ = self._envs[j].reset()
-                obs[j] = o
+                obs[j] = self._checked_obs(o, "reset")
             self._ep_return[ended] = 0.0
             self._ep_length[ended] = 0
         return StepResult(
@@ -332,6 +342,16 @@ class MujocoBatchedEnv:
             episode_returns=episode_returns,
             episode_lengths=episode_lengths,
         )
+
+    def _checked_obs(self, obs: Any, call: str) -> Any:
+        """One env's observation once its shape is the space's (numpy would broadcast a (1,) into a row)."""
+        shape = np.shape(obs)
+        if shape != (self._dims.obs_dim,):
+            raise TaskError(
+                f"{self._env_id}'s {call}() returned an observation of shape {shape}; its observation "
+                f"space says ({self._dims.obs_dim},): return observations of the declared shape"
+            )
+        return obs
 
     def save_state(self) -> dict[str, Any] | None:
         """The batch's state (Note [env state]); None for envs kept with their wrappers or not MuJoCo's."""
@@ -372,7 +392,7 @@ class MujocoBatchedEnv:
 
     def sample_actions(self) -> F32:
         """(N, act_dim) uniform random actions within the bounds, drawn in one numpy call."""
-        u = self._rng.random(self._actions.shape, dtype=np.float32)
+        u = self._rng.random(self._action_shape, dtype=np.float32)
         return self._low + (self._high - self._low) * u
 
     def close(self) -> None:

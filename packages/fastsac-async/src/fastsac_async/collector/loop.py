@@ -34,7 +34,14 @@ from torch import Tensor
 
 from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
 from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
-from fastsac_core import BatchedEnv, InferencePolicy, learning_started, step_transition
+from fastsac_core import (
+    BatchedEnv,
+    InferencePolicy,
+    check_reset,
+    check_step,
+    learning_started,
+    step_transition,
+)
 from shm_transport import TransitionRing, WeightReader
 
 __all__ = ["Collector", "CollectorSettings"]
@@ -124,6 +131,7 @@ class Collector:
         self.lag = 0
         self._shared_obs = env.dims.critic_obs_is_obs  # then the ring has no critic_obs field
         obs, critic_obs = env.reset()
+        check_reset(env, obs, critic_obs)
         self._obs = torch.from_numpy(np.array(obs, dtype=np.float32))
         self._critic_obs = self._own_critic_obs(critic_obs)
 
@@ -200,6 +208,7 @@ class Collector:
         actions = self._actions()
         with self.timer.time("env_step"):
             result = self.env.step(actions)
+            check_step(self.env, result)
         with self.timer.time("push"):
             pushed = self.ring.push(
                 step_transition(self._obs, self._critic_obs, torch.from_numpy(actions), result)

@@ -1,0 +1,94 @@
+"""What a batched env returns is checked: shapes, boolean flags and finite values, one line naming the env."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fastsac_core import EnvDims, EnvOutputError, StepResult, check_reset, check_step, env_label
+
+N, OBS, ACT = 3, 4, 2
+
+
+class _Env:
+    """Only what the checks read of a BatchedEnv: its count, dims and (optionally) its gymnasium id."""
+
+    num_envs = N
+    dims = EnvDims(obs_dim=OBS, critic_obs_dim=OBS, act_dim=ACT, action_low=(-1.0,) * ACT,
+                   action_high=(1.0,) * ACT, critic_obs_is_obs=True)  # fmt: skip
+
+    def __init__(self, env_id: str | None = "Point-v0") -> None:
+        if env_id is not None:
+            self.env_id = env_id
+
+
+def _result(**changes: object) -> StepResult:
+    obs = np.zeros((N, OBS), np.float32)
+    good = StepResult(
+        obs=obs, critic_obs=obs, rewards=np.ones(N, np.float32), terminated=np.zeros(N, np.bool_),
+        truncated=np.zeros(N, np.bool_), final_obs=np.zeros((N, OBS), np.float32),
+        episode_returns=np.zeros(0, np.float32), episode_lengths=np.zeros(0, np.int64),
+    )  # fmt: skip
+    return replace(good, **changes)  # type: ignore[arg-type]
+
+
+def test_a_good_step_and_reset_pass_and_the_label_is_the_id_or_the_type() -> None:
+    """Right shapes, bool or 0/1 integer flags, finite values pass; the label is env_id, else the type."""
+    env = _Env()
+    check_reset(env, np.zeros((N, OBS), np.float32), np.zeros((N, OBS), np.float32))  # type: ignore[arg-type]
+    check_step(env, _result())  # type: ignore[arg-type]
+    check_step(env, _result(terminated=np.array([0, 1, 0], np.uint8)))  # type: ignore[arg-type]
+    assert env_label(env) == "Point-v0" and env_label(_Env(None)) == "_Env"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"rewards": np.array([1.0, np.nan, 1.0], np.float32)},
+            "step() returned rewards holding nan (env 1 of 3)",
+        ),
+        ({"obs": np.full((N, OBS), np.inf, np.float32)}, "step() returned observations holding inf (env 0"),
+        ({"rewards": np.ones((N, 1), np.float32)}, "returned rewards of shape (3, 1); it must be (3,)"),
+        (
+            {"obs": np.zeros((N, OBS + 1), np.float32)},
+            "returned observations of shape (3, 5); it must be (3, 4)",
+        ),
+        ({"terminated": np.zeros(N, np.float32)}, "returned terminated of dtype float32; return booleans"),
+        ({"truncated": [False] * N}, "returned truncated as a list; return a numpy array of shape (3,)"),
+        (
+            {
+                "terminated": np.array([False, True, False]),
+                "final_obs": np.full((N, OBS), np.nan, np.float32),
+            },
+            "final_obs of the episodes that ended holding nan",
+        ),
+    ],
+    ids=["nan reward", "inf obs", "reward shape", "obs shape", "float flags", "list flags", "nan final obs"],
+)
+def test_a_step_that_breaks_the_protocol_is_one_line_naming_the_env(
+    changes: dict[str, object], message: str
+) -> None:
+    """A NaN, an inf, a wrong shape, float or list flags, an ended episode's NaN final obs: one line."""
+    with pytest.raises(EnvOutputError) as caught:
+        check_step(_Env(), _result(**changes))  # type: ignore[arg-type]
+    line = str(caught.value)
+    assert line.startswith("Point-v0's ") and message in line and "\n" not in line, line
+
+
+def test_a_nan_final_obs_of_an_env_that_did_not_end_is_not_looked_at() -> None:
+    """final_obs rows of envs whose episode goes on are stale by the protocol: a NaN there is no error."""
+    check_step(_Env(), _result(final_obs=np.full((N, OBS), np.nan, np.float32)))  # type: ignore[arg-type]
+
+
+def test_a_reset_with_a_nan_or_a_wrong_shape_is_refused() -> None:
+    """Reset's observations are checked as step's are."""
+    env = _Env()
+    bad = np.zeros((N, OBS), np.float32)
+    bad[2, 1] = np.nan
+    with pytest.raises(EnvOutputError, match=r"reset\(\) returned observations holding nan \(env 2 of 3\)"):
+        check_reset(env, bad, bad)  # type: ignore[arg-type]
+    with pytest.raises(EnvOutputError, match=r"reset\(\) returned critic observations of shape \(3,\)"):
+        check_reset(env, np.zeros((N, OBS), np.float32), np.zeros(N, np.float32))  # type: ignore[arg-type]
