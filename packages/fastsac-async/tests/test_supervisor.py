@@ -210,8 +210,15 @@ import sys
 from fastsac_async import prestart_workers  # what the trainer calls first
 from fastsac_async.parent.fork_server import start_fork_server, stop_fork_server
 assert "torch" not in sys.modules, "starting the fork server imported torch in the parent"
+from fastsac_async.worker_start import STOP_SIGNALS
 pid = start_fork_server(["slow_to_import"])
 assert pid is not None and forkserver._forkserver._forkserver_pid == pid
+status = open(f"/proc/{pid}/status").read()
+blocked = int(status.split("SigBlk:")[1].split()[0], 16)
+unblocked = [s.name for s in STOP_SIGNALS if not blocked >> (s - 1) & 1]
+if unblocked:  # stopped first: the server would hold this script's output open for its 600 s import
+    stop_fork_server(pid)
+    raise SystemExit(f"the server can die of {unblocked} sent to the process group")
 assert start_fork_server() is None, "a running server is kept"
 stop_fork_server(pid + 100_000)  # not this process's server: left alone
 assert forkserver._forkserver._forkserver_pid == pid
@@ -222,7 +229,11 @@ print(pid)
 
 
 def test_a_fork_server_started_early_stops_at_once_in_the_middle_of_its_imports(tmp_path: Path) -> None:
-    """Starting imports no torch; one server (a second start keeps it); a stop ends it mid-import."""
+    """No torch imported; the server blocks every stop signal; a second start keeps it; a stop ends it.
+
+    A fresh process, as a trainer is: its resource tracker starts with the server. The stop comes in
+    the middle of the server's imports.
+    """
     # Its last preload sleeps 600 s: only a kill ends the server before that (closing its pipe would
     # wait for the imports), and the script's bound is far shorter.
     (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(600)\n")

@@ -57,6 +57,7 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import signal
 from collections.abc import Iterator, Sequence
@@ -112,6 +113,11 @@ def start_fork_server(preload: Sequence[str] = ()) -> int | None:
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         list(dict.fromkeys((*PRELOAD, *preload)))
     )
+    # multiprocessing starts its resource tracker first, and unblocks SIGINT and SIGTERM in this thread
+    # once the tracker is spawned, whatever was blocked before: started inside the block, the server
+    # would be spawned without them blocked and die of a SIGTERM sent to the process group. Started
+    # here, the tracker is running, and the server's start leaves the block alone.
+    multiprocessing.resource_tracker.ensure_running()
     with _environment(worker_environment(1)), stop_signals_blocked():
         multiprocessing.forkserver.ensure_running()
     pid = server._forkserver_pid
