@@ -189,3 +189,20 @@ def test_runs_started_at_once_with_default_names_get_their_own_folders(tmp_path:
     assert {p.name for p in runs.iterdir()} == taken | {f.name for f in folders}
     assert all(RunLayout(runs / name).config.read_text() == "another run\n" for name in taken)
     assert all(list((runs / name).iterdir()) == [RunLayout(runs / name).config] for name in taken)
+
+
+def test_the_done_lines_summary_shows_floats_to_four_figures() -> None:
+    """A result's float fields read 40.42, not 40.417910447761194; counts and names as they are."""
+    from dataclasses import dataclass
+
+    from fastsac_trainer.outcome import summary
+
+    @dataclass
+    class Result:
+        iterations: int
+        mean_return: float
+        stop_reason: str
+
+    assert summary(Result(6, 40.417910447761194, "completed")) == (
+        "iterations=6, mean_return=40.42, stop_reason=completed"
+    )

@@ -86,6 +86,9 @@ def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
         ),
         (["task=pendulum", "algo.agent.no_such_key=1"], "error: algo.agent.no_such_key is not a setting"),
         (["--cfg", "hydra"], "error: --cfg 'hydra' is not supported; use `--cfg job`"),
+        (["--cfg"], "error: --cfg needs a value; use `--cfg job`"),
+        (["task=pendulum", "~seed"], "error: ~seed is not supported: every setting has a value; set it"),
+        (["task=pendulum", "algo.agent.v_max=inf"], "error: algo.agent.v_max=inf is invalid: use a finite"),
     ],
 )
 def test_bad_input_exits_with_one_line(

@@ -181,8 +181,9 @@ def test_more_cuda_learners_than_gpus_is_worded_with_the_key_path() -> None:
         resolve_run(cfg, explicit=frozenset(), cuda_count=2)
     assert (info.value.setting, info.value.value) == (f"{OPTS}.num_learners", 4)
     assert str(info.value) == (
-        f"{OPTS}.num_learners=4 is invalid: from trainer_device='cuda:0' the learners need cuda:0..cuda:3, "
-        "but this host has 2 CUDA device(s); use num_learners <= 2: every CUDA learner needs its own GPU"
+        f"{OPTS}.num_learners=4 is invalid: from the trainer's device 'cuda:0' the learners need "
+        "cuda:0..cuda:3, but this host has 2 CUDA device(s); use num_learners <= 2: every CUDA learner "
+        "needs its own GPU"
     )
 
 

@@ -127,6 +127,9 @@ def test_eval_runs_its_episodes_on_one_torch_thread_and_gives_the_threads_back(
         (["checkpoint={run}", "episodes=0"], "episodes='0' is invalid"),
         (["checkpoint={run}", "bogus=1"], "bogus='1' is not an option of `trainer eval`"),
         (["checkpoint={run}", "nokv"], "malformed argument 'nokv'"),
+        (["checkpoint={run}", "device=tpu"], "device='tpu' is invalid: use cpu, cuda or cuda:N"),
+        (["checkpoint={run}", "device=cuda:99"], "device='cuda:99' is invalid: "),
+        (["checkpoint={run}", "video_out=z.gif"], "video_out='z.gif' is invalid without video=true"),
     ],
 )
 def test_eval_bad_arguments(run_dir: Path, args: list[str], message: str) -> None:
@@ -140,3 +143,12 @@ def test_export_refuses_unknown_format(run_dir: Path) -> None:
     """format=tflite is refused with the supported format named."""
     with pytest.raises(TrainerAppError, match="format='tflite' is invalid: use format=onnx"):
         export_main([f"checkpoint={run_dir}", "format=tflite"])
+
+
+def test_export_never_writes_over_a_checkpoint(run_dir: Path) -> None:
+    """out= naming the checkpoint itself (any file not ending in .onnx) is refused; the file is unchanged."""
+    checkpoint = sorted((run_dir / "checkpoints").glob("model_*.pt"))[-1]
+    before = checkpoint.read_bytes()
+    with pytest.raises(TrainerAppError, match=r"an ONNX model's file ends in \.onnx; e\.g\. out=model_"):
+        export_main([f"checkpoint={run_dir}", f"out={checkpoint}"])
+    assert checkpoint.read_bytes() == before

@@ -115,13 +115,13 @@ def test_bad_settings(resolve: Resolve, overrides: dict[str, Any], message: str)
         ),
         (
             {"trainer_device": "cuda:1", "num_cuda_devices": 2, "num_learners": 2, "num_collectors": 2},
-            "num_learners=2 is invalid: from trainer_device='cuda:1' the learners need cuda:1..cuda:2, "
+            "num_learners=2 is invalid: from the trainer's device 'cuda:1' the learners need cuda:1..cuda:2, "
             "but this host has 2 CUDA device(s); "
             "use num_learners <= 1, or list learner_devices (e.g. ['cuda:0', 'cuda:1'])",
         ),
         (
             {"trainer_device": "cuda", "num_cuda_devices": 2, "num_learners": 4, "num_collectors": 4},
-            "num_learners=4 is invalid: from trainer_device='cuda' the learners need cuda:0..cuda:3, "
+            "num_learners=4 is invalid: from the trainer's device 'cuda' the learners need cuda:0..cuda:3, "
             "but this host has 2 CUDA device(s); use num_learners <= 2: every CUDA learner needs its own GPU",
         ),
         (
@@ -224,9 +224,9 @@ def test_unbound_collectors_do_not_fit(resolve: Resolve, host: Callable[..., Any
     """More pinned collectors than CPUs on a one-node host: the error says how many CPUs there are."""
     _fails(
         resolve,
-        "the host (allowed CPUs left after 1 pinned learner(s)) has 0 CPU(s) for 8 collector(s) but "
-        "cpus_per_collector=1 needs 8; use fewer collectors, lower cpus_per_learner, "
-        "or set cpus_per_collector to null (unpinned)",
+        "the host (allowed CPUs left after 1 learner(s) pinned to 2 each) has 0 CPU(s) for 8 collector(s) "
+        "but cpus_per_collector=1 needs 8; use fewer collectors, or set cpus_per_collector to null "
+        "(unpinned)",
         host=host([range(2)]),
         num_collectors=8,
         cpus_per_collector=1,
@@ -237,8 +237,8 @@ def test_unbound_collectors_report_largest_fit(resolve: Resolve, host: Callable[
     """On a one-node host, pinned collectors that do not fit get the largest cpus_per_collector that does."""
     _fails(
         resolve,
-        "the host (allowed CPUs left after 1 pinned learner(s)) has 14 CPU(s) for 4 collector(s) but "
-        "cpus_per_collector=4 needs 16; set cpus_per_collector <= 3",
+        "the host (allowed CPUs left after 1 learner(s) pinned to 2 each) has 14 CPU(s) for 4 collector(s) "
+        "but cpus_per_collector=4 needs 16; set cpus_per_collector <= 3",
         host=host([range(16)]),
         num_collectors=4,
         cpus_per_collector=4,

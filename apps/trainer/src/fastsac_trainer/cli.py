@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         except (TrainerAppError, FastSACCoreError) as error:
             sys.stderr.write(f"error: {error}\n")
             code = EXIT_USAGE
-        except KeyboardInterrupt:
-            sys.stderr.write("aborted (Ctrl+C); the last saved checkpoint is intact\n")
+        except KeyboardInterrupt:  # outside a run's own stop handling: before it started, or a command
+            sys.stderr.write("aborted (Ctrl+C); nothing more was written (earlier checkpoints are intact)\n")
             code = EXIT_ABORTED
         sys.stdout.flush()
     raise SystemExit(code)
@@ -126,7 +126,8 @@ def _dispatch(args: list[str]) -> int:
         if what != "job":
             from fastsac_trainer.config.exceptions import TrainerAppError
 
-            raise TrainerAppError(f"--cfg {what!r} is not supported; use `--cfg job`")
+            given = f"--cfg {what!r} is not supported" if what else "--cfg needs a value"
+            raise TrainerAppError(f"{given}; use `--cfg job`")
         return _print_config(overrides_only(args[:at] + args[at + 2 :]))
     from fastsac_trainer.training import train_seeds
 

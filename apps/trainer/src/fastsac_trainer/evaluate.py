@@ -39,6 +39,25 @@ from fastsac_trainer.tasks import TaskError, env_factory_for, get_task, probe_di
 __all__ = ["EvalResult", "eval_main", "evaluate", "load_policy", "one_torch_thread", "wants_video"]
 
 
+def policy_device(device: str) -> torch.device:
+    """``device`` (``cpu``, ``cuda``, ``cuda:N``) once this machine has it.
+
+    Raises:
+        TrainerAppError: Another kind of device, or a GPU this machine does not have (one line).
+    """
+    try:
+        where = torch.device(device)
+    except RuntimeError:
+        raise TrainerAppError(f"device={device!r} is invalid: use cpu, cuda or cuda:N") from None
+    if where.type not in ("cpu", "cuda"):
+        raise TrainerAppError(f"device={device!r} is invalid: use cpu, cuda or cuda:N")
+    count = torch.cuda.device_count() if where.type == "cuda" else 0
+    if where.type == "cuda" and (where.index or 0) >= count:
+        have = f"this machine has {count} GPU(s); use cuda:0" if count else "there is no CUDA here; use cpu"
+        raise TrainerAppError(f"device={device!r} is invalid: {have}")
+    return where
+
+
 def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy, dict[str, Any]]:
     """A deterministic :class:`InferencePolicy` with the checkpoint's actor and obs normalizer.
 
@@ -46,8 +65,10 @@ def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy,
         The policy and the checkpoint's metadata (``peek_checkpoint``: counters, dims, config, extra).
 
     Raises:
-        TrainerAppError: The file is missing, corrupt or not a fastsac-core checkpoint.
+        TrainerAppError: The file is missing, corrupt or not a fastsac-core checkpoint, or the device
+            is not one this machine has (:func:`policy_device`).
     """
+    where = policy_device(device)
     try:
         meta = peek_checkpoint(checkpoint)
         saved_dims: dict[str, Any] = meta["dims"]
@@ -58,7 +79,7 @@ def load_policy(checkpoint: Path, device: str = "cpu") -> tuple[InferencePolicy,
         state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["agent"]
     except CheckpointError as error:
         raise TrainerAppError(f"checkpoint={str(checkpoint)!r} is invalid: {error}") from None
-    policy = InferencePolicy(dims, cfg, device=device, deterministic=True)
+    policy = InferencePolicy(dims, cfg, device=where, deterministic=True)
     policy.actor.load_state_dict(state["actor"])
     policy.normalizer.load_state_dict(state["obs_normalizer"])
     return policy, meta
@@ -184,6 +205,9 @@ def _eval_main(args: list[str]) -> int:
     policy, meta = load_policy(checkpoint, options.get("device", "cpu"))
     factory = _env_factory(run_dir, options, checkpoint, meta["dims"])
     video_out = None
+    lone = [key for key in ("video_out", "video_steps") if key in options]
+    if lone and not wants_video(options):
+        raise TrainerAppError(f"{lone[0]}={options[lone[0]]!r} is invalid without video=true: add video=true")
     if wants_video(options):  # refused before the episodes, not after them
         from fastsac_trainer.video import VIDEO_SIZE, check_video
 

@@ -149,6 +149,10 @@ def export_main(args: list[str]) -> int:
         raise TrainerAppError(f"format={fmt!r} is invalid: use format=onnx")
     checkpoint, run_dir = resolve_resume(options["checkpoint"], "checkpoint")
     out = Path(options["out"]) if "out" in options else checkpoint.with_suffix(".onnx")
+    if out.suffix.lower() != ".onnx":  # never a checkpoint's name (.pt), never the checkpoint itself
+        raise TrainerAppError(
+            f"out={str(out)!r} is invalid: an ONNX model's file ends in .onnx; e.g. out={out.stem}.onnx"
+        )
     policy, meta = load_policy(checkpoint)
     try:
         model, sidecar = export_onnx(policy, out, meta, _trained_task(run_dir))

@@ -18,7 +18,6 @@ import numpy.typing as npt
 import torch
 
 from fastsac_core import InferencePolicy
-from fastsac_trainer.config.exceptions import TrainerAppError
 
 __all__ = ["Policy", "load_policy"]
 
@@ -125,17 +124,7 @@ def load_policy(
     from fastsac_trainer.evaluate import load_policy as load_inference_policy
     from fastsac_trainer.run_dir import resolve_resume
 
-    try:
-        where = torch.device(device)
-    except RuntimeError:
-        raise TrainerAppError(f"device={str(device)!r} is invalid: use cpu, cuda or cuda:N") from None
-    if where.type not in ("cpu", "cuda"):
-        raise TrainerAppError(f"device={str(device)!r} is invalid: use cpu, cuda or cuda:N")
-    count = torch.cuda.device_count() if where.type == "cuda" else 0
-    if where.type == "cuda" and (where.index or 0) >= count:
-        have = f"this machine has {count} GPU(s); use cuda:0" if count else "there is no CUDA here; use cpu"
-        raise TrainerAppError(f"device={str(device)!r} is invalid: {have}")
     file, _ = resolve_resume(os.fspath(checkpoint), "checkpoint")
-    inference, meta = load_inference_policy(file, str(where))
+    inference, meta = load_inference_policy(file, str(device))
     inference.deterministic = deterministic
     return Policy(inference, file, meta)

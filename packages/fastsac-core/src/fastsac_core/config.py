@@ -12,6 +12,7 @@ that exists. The one rule that needs the env count, a batch split evenly over ev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Literal
@@ -22,7 +23,8 @@ __all__ = ["FastSACConfig", "batch_choices", "batch_per_env"]
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite int or float (not a bool): an infinite or NaN setting would reach the networks' math."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _count(value: Any) -> bool:
@@ -36,6 +38,15 @@ _RULES: dict[str, _Rule] = {
     "critic_hidden_dim": (lambda v: _count(v) and v >= 4, "use at least 4 (the layers are h, h/2, h/4 wide)"),
     "num_q_networks": (lambda v: _count(v) and v >= 1, "use at least 1 critic"),
     "num_atoms": (lambda v: _count(v) and v >= 2, "use at least 2 atoms"),
+    "v_min": (_number, "use a finite bound of the critics' support"),
+    "v_max": (_number, "use a finite bound of the critics' support"),
+    "log_std_min": (_number, "use a finite bound of the policy's log std"),
+    "log_std_max": (_number, "use a finite bound of the policy's log std"),
+    "target_entropy_ratio": (_number, "use a finite ratio"),
+    "normalizer_eps": (
+        lambda v: _number(v) and v > 0,
+        "use a positive epsilon (added to the observations' std)",
+    ),
     "actor_lr": (lambda v: _number(v) and v >= 0, "use 0 or a positive learning rate"),
     "critic_lr": (lambda v: _number(v) and v >= 0, "use 0 or a positive learning rate"),
     "alpha_lr": (lambda v: _number(v) and v >= 0, "use 0 or a positive learning rate"),

@@ -72,7 +72,7 @@ def _fit_error(where: str, available: int, count: int, what: str, setting: str, 
     if largest:
         fix = f"set {setting} <= {largest}"
     elif what == "collector":
-        fix = "use fewer collectors, lower cpus_per_learner, or set cpus_per_collector to null (unpinned)"
+        fix = "use fewer collectors, or set cpus_per_collector to null (unpinned)"
     else:
         fix = f"place at most {available} learner(s) there"
     need = f"{where} has {available} CPU(s) for {count} {what}(s), which need {count * width}; {fix}"
@@ -174,7 +174,7 @@ def _place_unbound(
         plan.learner_cpus[rank] = cpus
     rest = pool[len(ranks) * per_learner :]
     if len(indices) * per_collector > len(rest):
-        where = f"the host (allowed CPUs left after {len(ranks)} pinned learner(s))"
+        where = f"the host (allowed CPUs left after {len(ranks)} learner(s) pinned to {per_learner} each)"
         raise _fit_error(where, len(rest), len(indices), "collector", "cpus_per_collector", per_collector)
     for index, cpus in zip(indices, _slices(rest, len(indices), per_collector), strict=True):
         plan.collector_cpus[index] = cpus

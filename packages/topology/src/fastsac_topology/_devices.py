@@ -60,7 +60,7 @@ def check_learner_devices(
             "learner_devices",
             listed,
             f"it has {len(listed)} entries but num_learners={num_learners}; give one device per learner, "
-            "or leave learner_devices unset (null) to expand from trainer_device",
+            "or leave learner_devices unset (null) to expand from the trainer's device",
         )
     devices = tuple(_normalise("learner_devices", spec, num_cuda_devices) for spec in listed)
     if len({device == "cpu" for device in devices}) > 1:
@@ -108,7 +108,7 @@ def expand_learner_devices(
         raise TopologyError.of_setting(
             "num_learners",
             num_learners,
-            f"from trainer_device={trainer_device!r} the learners need cuda:{start}.."
+            f"from the trainer's device {trainer_device!r} the learners need cuda:{start}.."
             f"cuda:{start + num_learners - 1}, but this host has {num_cuda_devices} CUDA device(s); {fix}",
         )
     return tuple(f"cuda:{start + rank}" for rank in range(num_learners))

@@ -71,6 +71,11 @@ def _refuse_hydra_settings(overrides: list[str]) -> None:
                 "settings (hydra.*, hydra/...); its run folder is runs_root/run_name: set runs_root=DIR "
                 "run_name=NAME instead"
             )
+        if override.is_delete():
+            raise TrainerAppError(
+                f"~{override.key_or_group} is not supported: every setting has a value; set it "
+                f"({override.key_or_group}=...) or leave it out for its default"
+            )
         if (override.is_add() or override.is_force_add()) and not _in_schema(override.key_or_group):
             raise TrainerAppError(unknown_key(override.key_or_group))
 
