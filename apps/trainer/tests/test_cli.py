@@ -206,3 +206,19 @@ def test_the_done_lines_summary_shows_floats_to_four_figures() -> None:
     assert summary(Result(6, 40.417910447761194, "completed")) == (
         "iterations=6, mean_return=40.42, stop_reason=completed"
     )
+
+
+def test_a_stop_signal_after_the_outcome_ends_the_process_with_the_runs_code() -> None:
+    """Once the command has its code, a late SIGINT or SIGTERM ends it at once with that code, silently."""
+    script = (
+        "import os, signal, time\n"
+        "from fastsac_trainer.cli import end_on_a_late_signal\n"
+        "end_on_a_late_signal(3)\n"
+        "os.kill(os.getpid(), signal.{sig})\n"
+        "time.sleep(30)\n"
+    )
+    for sig in ("SIGINT", "SIGTERM"):
+        done = subprocess.run(
+            [sys.executable, "-c", script.format(sig=sig)], capture_output=True, text=True, timeout=60
+        )
+        assert (done.returncode, done.stderr) == (3, ""), done.stderr

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 from fastsac_trainer.outcome import EXIT_ABORTED, EXIT_USAGE
 
-__all__ = ["main"]
+__all__ = ["end_on_a_late_signal", "main"]
 
 _log = logging.getLogger("trainer")
 
@@ -52,7 +52,26 @@ def main(argv: list[str] | None = None) -> None:
             sys.stderr.write("aborted (Ctrl+C); nothing more was written (earlier checkpoints are intact)\n")
             code = EXIT_ABORTED
         sys.stdout.flush()
+    if argv is None:  # the command itself (a caller passing argv, a test, keeps its own signal handling)
+        end_on_a_late_signal(code)
     raise SystemExit(code)
+
+
+def end_on_a_late_signal(code: int) -> None:
+    """From now on, a stop signal ends this process at once with ``code``, the outcome already printed.
+
+    A run's own stop handling ends with its last line; the interpreter's exit after it (atexit handlers,
+    the fork server's end) can take a moment, and a Ctrl+C then (a second one, pressed late) used to end
+    the command with 130 and no word, though the run had finished and said so.
+    """
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, lambda *_: os._exit(code))
 
 
 @contextlib.contextmanager
