@@ -154,10 +154,16 @@ def _dispatch(args: list[str]) -> int:
 
 
 def _print_config(overrides: list[str]) -> int:
+    """The resolved config on stdout, checked as a launch checks it (placement, memory); notes on stderr."""
     from omegaconf import OmegaConf
 
     from fastsac_trainer.arguments import composed
+    from fastsac_trainer.config.compose import explicit_keys
+    from fastsac_trainer.config.placement import checked_placement
 
-    run = composed(overrides).run
-    sys.stdout.write(OmegaConf.to_yaml(run.config))
+    resolved = composed(overrides)
+    checked_placement(resolved.run, resolved.cuda_count, explicit_keys(overrides))
+    for note in resolved.run.notes:  # what the config resolution changed, as a launch prints it
+        sys.stderr.write(f"{note}\n")
+    sys.stdout.write(OmegaConf.to_yaml(resolved.run.config))
     return 0

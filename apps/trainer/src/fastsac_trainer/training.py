@@ -143,8 +143,7 @@ def _prepared_run(
     from fastsac_async import RunLayout
     from fastsac_trainer.arguments import composed, one_launch_settings
     from fastsac_trainer.config.compose import explicit_keys
-    from fastsac_trainer.config.memory import check_memory
-    from fastsac_trainer.config.placement import describe_placement, resolve_placement
+    from fastsac_trainer.config.placement import checked_placement, describe_placement
     from fastsac_trainer.launch import (
         check_resumable,
         open_run_dir,
@@ -177,8 +176,7 @@ def _prepared_run(
         if outcome is not None and resume_from is not None:
             outcome.nothing_to_train(previous_run or resume_from.parent, resume_from)
         return 0
-    topology = resolve_placement(run, run.dims, cuda_count) if run.asynchronous else None
-    check_memory(run, topology, explicit_keys(overrides))  # Note [memory check]
+    topology = checked_placement(run, cuda_count, explicit_keys(overrides))
     placement = describe_placement(run, topology)
     if cluster is not None:  # every host agrees before anything starts
         placement = f"{placement}\n{cluster.agree(run, topology, resumed_at)}"

@@ -8,12 +8,14 @@ as one :class:`~fastsac_trainer.config.exceptions.TrainerAppError` line.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Collection
+from typing import Any, Protocol
 
 from fastsac_async import AsyncOptions
 from fastsac_core import EnvDims, FastSACConfig, build_actor
 from fastsac_topology import TopologyError, TrainerTopology, resolve_trainer_topology
 from fastsac_trainer.config.host import host_layout
+from fastsac_trainer.config.memory import check_memory
 from fastsac_trainer.config.validate import topology_config_error
 
 __all__ = ["PlacedRun", "actor_param_bytes", "describe_placement", "resolve_placement"]
@@ -47,6 +49,19 @@ def actor_param_bytes(dims: EnvDims, agent: FastSACConfig) -> int:
     """Bytes of the actor's float32 parameters (the weight-IPC size gate compares against it)."""
     actor = build_actor(dims, agent)
     return 4 * sum(p.numel() for p in actor.parameters())
+
+
+def checked_placement(run: Any, cuda_count: int, explicit: Collection[str]) -> TrainerTopology | None:
+    """An asynchronous run's placement on this host (None for a synchronous one), once its memory fits.
+
+    What a launch checks before it writes anything, and ``trainer --cfg job`` too.
+
+    Raises:
+        TrainerAppError: The layout is impossible here, or it would not fit the host's or GPU's memory.
+    """
+    topology = resolve_placement(run, run.dims, cuda_count) if run.asynchronous else None
+    check_memory(run, topology, explicit)  # Note [memory check]
+    return topology
 
 
 def resolve_placement(run: PlacedRun, dims: EnvDims, cuda_count: int) -> TrainerTopology:
