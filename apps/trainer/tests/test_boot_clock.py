@@ -20,9 +20,19 @@ def test_each_milestone_is_logged_once_with_seconds_since_launch(caplog: pytest.
     assert lines[1].endswith("s after launch")
 
 
-def test_by_default_the_seconds_count_from_this_process_start() -> None:
-    """Without a launch time the clock counts from this process's creation, so it is already past zero."""
-    assert BootClock().launched < time.time()
+def test_by_default_the_seconds_count_from_this_process_start_or_the_next_launch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a launch time a clock counts from the process's creation; after next_launch(), from then."""
+    import psutil  # type: ignore[import-untyped]
+
+    from fastsac_trainer import boot_clock
+
+    monkeypatch.setattr(boot_clock, "_launched", None)
+    assert BootClock().launched == psutil.Process().create_time()
+    before = time.time()
+    boot_clock.next_launch()  # a seed list's second run
+    assert before <= BootClock().launched <= time.time()
 
 
 def test_the_milestones_are_summed_up_in_one_line_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -8,7 +8,8 @@ whose updates run the compiled steps: Note [Compile in the background] in
 expects is reached, or at ``finish`` (the end of the run), one line sums them up: ``start-up: workers
 running 17.6 s, first update 18.3 s, compiled switch 52.0 s after launch``; a run that reached one
 milestone only has no summary (it would repeat that milestone's line). The launch is the start of
-this process (a ``torchrun`` rank's own start), as the user counts it.
+this process (a ``torchrun`` rank's own start), as the user counts it; for the second and later runs
+of a seed list (``seed=1,2,3``, one process), the start of that run (:func:`next_launch`).
 """
 
 from __future__ import annotations
@@ -18,21 +19,32 @@ import time
 
 import psutil  # type: ignore[import-untyped]
 
-__all__ = ["BootClock"]
+__all__ = ["BootClock", "next_launch"]
 
 _log = logging.getLogger(__name__)
+
+_launched: float | None = None
+"""Unix time a clock counts from when none is given: None is this process's start."""
+
+
+def next_launch() -> None:
+    """The next run of this process counts its start-up from now (a seed list's second run, say)."""
+    global _launched
+    _launched = time.time()
 
 
 class BootClock:
     """Logs, once each, how long after the launch a run reached its start-up milestones.
 
     Args:
-        launched: Unix time of the launch; None is this process's start.
+        launched: Unix time of the launch; None is this process's start (or :func:`next_launch`'s time).
         expected: The milestones the run will reach; the summary line comes once all are reached.
     """
 
     def __init__(self, launched: float | None = None, expected: tuple[str, ...] = ()) -> None:
-        self.launched = psutil.Process().create_time() if launched is None else launched
+        if launched is None:
+            launched = psutil.Process().create_time() if _launched is None else _launched
+        self.launched = launched
         """Unix time the seconds count from."""
         self.marks: dict[str, float] = {}
         """Milestone -> seconds after the launch, in the order they were reached."""

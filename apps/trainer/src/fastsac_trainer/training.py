@@ -83,10 +83,13 @@ def train_seeds(overrides: list[str]) -> int:
     """
     server = start_workers_first()
     try:
+        from fastsac_trainer.boot_clock import next_launch
         from fastsac_trainer.seeds import seed_runs
 
         runs = seed_runs(overrides)
         for i, run in enumerate(runs):
+            if i:  # its start-up counts from its own start, not from the first run's launch
+                next_launch()
             if len(runs) > 1:
                 sys.stdout.write(f"seed {i + 1}/{len(runs)}: {run[-2]} -> {run[-1].partition('=')[2]}\n")
                 sys.stdout.flush()

@@ -162,8 +162,8 @@ def _write_atomically(path: Path, payload: dict[str, Any]) -> Path:
 def _read(path: str | os.PathLike[str], map_location: Any, mmap: bool = False) -> dict[str, Any]:
     return read_payload(
         Path(path), "checkpoint", FORMAT, map_location=map_location, mmap=mmap,
-        missing="; check the path (or resume=false)",
-        unreadable="; it is corrupt or not a fastsac-core checkpoint: delete it or resume from an older one",
+        missing="; check the path",
+        unreadable="; it is corrupt or not a fastsac-core checkpoint: use another (an earlier one of its run)",
     )  # fmt: skip
 
 
