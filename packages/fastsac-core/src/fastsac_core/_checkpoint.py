@@ -163,7 +163,7 @@ def _read(path: str | os.PathLike[str], map_location: Any, mmap: bool = False) -
     return read_payload(
         Path(path), "checkpoint", FORMAT, map_location=map_location, mmap=mmap,
         missing="; check the path",
-        unreadable="; it is corrupt or not a fastsac-core checkpoint: use another (an earlier one of its run)",
+        unreadable="; it is corrupt or not a fastsac-core checkpoint: use another (an earlier one)",
     )  # fmt: skip
 
 
