@@ -31,6 +31,7 @@ __all__ = [
     "FakeBatchedEnv",
     "FakeEnvFactory",
     "FirstActionsEnvFactory",
+    "HangingEnvFactory",
     "LearnerFaultEnvFactory",
     "UnpickledVariable",
     "cpu_topology",
@@ -216,6 +217,29 @@ class FailingEnvFactory:
     def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
         """Build the env."""
         return _FailingEnv(num_envs, seed, self.fail_at_step)
+
+
+class _HangingEnv(FakeBatchedEnv):
+    def __init__(self, num_envs: int, seed: int, hang_at_step: int) -> None:
+        super().__init__(num_envs, seed, step_delay_s=0.002)
+        self._hang_at = hang_at_step
+
+    def step(self, actions: F32) -> StepResult:
+        if self._steps + 1 >= self._hang_at:
+            time.sleep(600.0)  # a simulator that never returns (the test's bound ends it first)
+        return super().step(actions)
+
+
+@dataclass(frozen=True)
+class HangingEnvFactory:
+    """Picklable factory of fake envs whose step ``hang_at_step`` never returns (it sleeps 600 s)."""
+
+    hang_at_step: int
+    """Step at which ``step`` hangs."""
+
+    def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
+        """Build the env."""
+        return _HangingEnv(num_envs, seed, self.hang_at_step)
 
 
 @dataclass(frozen=True)

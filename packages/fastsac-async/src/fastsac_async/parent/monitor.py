@@ -18,6 +18,7 @@ from typing import Any, Literal
 from fastsac_async.control import Control
 from fastsac_async.evaluator.loop import EvalReport
 from fastsac_async.exceptions import BootTimeoutError, RunAborted, WorkerFailed
+from fastsac_async.parent.stall import STALL_WARN_S, StallWatch
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import EngineSpec
@@ -217,6 +218,7 @@ class RunWatch:
         last_checkpoint: str | None = None
         stopped_early = False
         stop_reason: StopReason = "completed"
+        stall = StallWatch(STALL_WARN_S)
 
         def tick(checkpoint: str | None) -> None:
             on_stats(
@@ -258,6 +260,14 @@ class RunWatch:
                 if exit_.name in self._learners and not control.learner_done(int(exit_.name[7:])):
                     raise sup.failure(exit_)  # exited 0 before its loop was done
             forward()
+            stalled = stall.check((*control.all_collector_steps(), control.updates))
+            if stalled is not None:
+                sup.dump_stacks()
+                _log.warning(
+                    "nothing has moved for %.0f s (no env step, no update): a first compile still running, "
+                    "or a worker stuck, an env step that never returns say; every worker's stack is now "
+                    "in its log (%s)", stalled, RunLayout(spec.run.run_dir).logs,
+                )  # fmt: skip
             if all(control.learner_done(r) for r in range(spec.num_learners)):
                 # Done, final checkpoint included: an abort from here on only hurries the shutdown.
                 control.request_stop()  # the evaluator abandons its evaluation (or reports a finished one)

@@ -197,6 +197,16 @@ class Supervisor:
         """Exit code of ``name``, None while it runs."""
         return self._procs[name].exitcode
 
+    def dump_stacks(self, names: list[str] | None = None) -> None:
+        """Have each live worker of ``names`` (all: None) write every thread's stack to its log; never raises.
+
+        ``STACK_DUMP_SIGNAL``: the worker's ``faulthandler`` writes them and the worker carries on
+        (Note [worker signals]).
+        """
+        for name in self.alive(names):
+            with contextlib.suppress(Exception):
+                os.kill(self._procs[name].pid, STACK_DUMP_SIGNAL)  # type: ignore[arg-type]
+
     def alive(self, names: list[str] | None = None) -> list[str]:
         """Workers still running (of ``names``, or all)."""
         chosen = self._procs if names is None else names
@@ -287,9 +297,7 @@ class Supervisor:
         if not left:
             return []
         _log.warning("killing %s (stacks in their logs)", ", ".join(left))
-        for name in left:
-            with contextlib.suppress(Exception):
-                os.kill(self._procs[name].pid, STACK_DUMP_SIGNAL)  # type: ignore[arg-type]
+        self.dump_stacks(left)
         time.sleep(_STACK_DUMP_WAIT_S)
         for name in left:
             with contextlib.suppress(Exception):
