@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from fastsac_trainer.run_dir import (
     create_run_dir,
     default_run_name,
     latest_checkpoint,
+    release_run_dir,
     remove_untrained_run,
     resolve_resume,
 )
@@ -29,7 +32,7 @@ def test_create_run_dir_makes_the_layout_and_saves_the_config(tmp_path: Path) ->
     """The run folder has logs/, async_errors/, checkpoints/ and the resolved config.yaml."""
     run_dir = create_run_dir(tmp_path / "runs", "r", "seed: 3\n")
     layout = RunLayout(run_dir)
-    assert set(run_dir.iterdir()) == {*layout.folders, layout.config}
+    assert set(run_dir.iterdir()) == {*layout.folders, layout.config, layout.lock}
     assert RunLayout(run_dir).config.read_text() == "seed: 3\n"
 
 
@@ -123,7 +126,7 @@ def test_default_names_of_runs_started_at_once_are_unique(tmp_path: Path) -> Non
     assert sorted(p.name for p in results) == [base, f"{base}-2", f"{base}-3", f"{base}-4"]  # type: ignore[union-attr]
     for folder in results:
         layout = RunLayout(folder)  # type: ignore[arg-type]
-        assert set(layout.root.iterdir()) == {*layout.folders, layout.config}
+        assert set(layout.root.iterdir()) == {*layout.folders, layout.config, layout.lock}
 
 
 def test_a_new_run_never_writes_into_a_non_empty_folder(tmp_path: Path) -> None:
@@ -233,3 +236,41 @@ def test_a_resume_stopped_during_boot_keeps_its_folder(
     monkeypatch.setattr(launch, "select_trainer", _stopped_during_boot())
     resumed = train("pendulum", overrides=[f"resume={first.run_dir}", f"{budget}=4"])
     assert resumed.run_dir == first.run_dir and first.last_checkpoint.is_file()
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from fastsac_trainer.run_dir import hold_run_dir
+hold_run_dir(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_folder_another_live_trainer_holds_is_refused_until_it_ends(tmp_path: Path) -> None:
+    """A resume into a folder another process holds names its pid; once that process is gone, it proceeds."""
+    run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
+    release_run_dir(run_dir)  # as this process's run would at its end
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(TrainerAppError, match=rf"is in use by another trainer \(pid {holder.pid}\)"):
+            create_run_dir(tmp_path, "r", "a: 2\n", resuming=True)
+        assert RunLayout(run_dir).config.read_text() == "a: 1\n", "nothing was written"
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)  # reaps it and closes its pipe
+    assert create_run_dir(tmp_path, "r", "a: 2\n", resuming=True) == run_dir  # a dead holder holds nothing
+    release_run_dir(run_dir)
+
+
+def test_a_folder_whose_run_stopped_before_its_first_checkpoint_says_so(tmp_path: Path) -> None:
+    """A new run into a folder with a replay file but no model checkpoint: nothing to resume, remove it."""
+    run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
+    release_run_dir(run_dir)
+    RunLayout(run_dir).replay(0).write_bytes(b"x")
+    with pytest.raises(TrainerAppError, match=r"stopped before its first checkpoint \(nothing to resume\)"):
+        create_run_dir(tmp_path, "r", "a: 1\n")

@@ -22,7 +22,9 @@ __all__ = [
     "create_default_run_dir",
     "create_run_dir",
     "default_run_name",
+    "hold_run_dir",
     "latest_checkpoint",
+    "release_run_dir",
     "remove_untrained_run",
     "resolve_resume",
 ]
@@ -79,6 +81,7 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
     run_dir = runs_root / run_name
     if resuming:
         with _writing(runs_root, run_dir, resuming=True):
+            hold_run_dir(run_dir)  # before anything is written: another trainer may be running in it
             _make_layout(run_dir)
             # A run killed while it wrote a checkpoint leaves that write's temporary file (never read as a
             # checkpoint): the resumed run owns the folder, so no other writer can be using one.
@@ -89,6 +92,7 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
         run_dir.mkdir(parents=True, exist_ok=True)
         if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml):
             raise TrainerAppError(_taken(run_name, run_dir))
+        hold_run_dir(run_dir)
         _make_layout(run_dir)
     return run_dir
 
@@ -116,8 +120,55 @@ def create_default_run_dir(runs_root: Path, task: str, config_yaml: str, *, now:
             if _claim(run_dir, config_yaml):
                 break
     with _writing(runs_root, run_dir):
+        hold_run_dir(run_dir)
         _make_layout(run_dir)
     return run_dir
+
+
+_HELD: dict[Path, int] = {}
+"""The run folders this process holds (Note [run folder lock]), by resolved path: the lock file's fd."""
+
+
+def hold_run_dir(run_dir: Path) -> None:
+    """Lock ``run_dir`` for this process until :func:`release_run_dir` (or the process ends).
+
+    # Note [run folder lock]
+    Two trainers writing one run folder (a job requeued while the old one still runs, a resume
+    started twice) would interleave their checkpoints and overwrite each other's replay file and
+    logs. Every trainer holds an exclusive ``flock`` on the folder's ``run.lock`` while it runs (a
+    new run once it has claimed the folder, a resume before it writes anything); the kernel drops
+    the lock when the holder exits, a crash included, so no lock is ever stale. A host of a run
+    across hosts holds its own folder's (``host<R>/``).
+
+    Raises:
+        TrainerAppError: Another live process holds it (named by its pid, which it wrote into the file).
+    """
+    import fcntl
+
+    key = run_dir.resolve()
+    if key in _HELD:
+        return
+    path = RunLayout(run_dir).lock
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise TrainerAppError(
+            f"{run_dir} is in use by another trainer (pid {holder}); two trainers writing one run folder "
+            "would mix their checkpoints: wait for it to end or stop it, or use another run_name"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _HELD[key] = fd
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Let go of ``run_dir``'s lock if this process holds it (idempotent)."""
+    fd = _HELD.pop(run_dir.resolve(), None)
+    if fd is not None:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -167,10 +218,16 @@ def _claim(run_dir: Path, config_yaml: str) -> bool:
 def _taken(run_name: str, run_dir: Path) -> str:
     """The one-line refusal of a new run into ``run_dir``, which holds something already."""
     checkpoints = RunLayout(run_dir).checkpoints
-    if checkpoints.is_dir() and any(checkpoints.iterdir()):
+    if latest_checkpoint(run_dir) is not None:
         return (
             f"run_name={run_name!r} is invalid: {run_dir} holds checkpoints already; "
             f"choose another run_name or pass resume={run_dir}"
+        )
+    if checkpoints.is_dir() and any(checkpoints.iterdir()):  # a replay file, best.pt: nothing to resume
+        return (
+            f"run_name={run_name!r} is invalid: {run_dir} holds a run that stopped before its first "
+            f"checkpoint (nothing to resume); remove it (rm -r {run_dir}) to start over in it, or choose "
+            "another run_name"
         )
     return (
         f"run_name={run_name!r} is invalid: {run_dir} is not empty; choose another run_name, "

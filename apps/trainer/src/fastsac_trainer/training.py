@@ -154,6 +154,7 @@ def _prepared_run(
         run_with_console,
         select_trainer,
     )
+    from fastsac_trainer.run_dir import release_run_dir
 
     run, resume_from, previous_run, cuda_count, settings = composed(overrides)
     if not run.asynchronous:
@@ -191,20 +192,23 @@ def _prepared_run(
     else:
         make = functools.partial(open_run_dir, run, resume_from, previous_run, config_yaml)
         run_dir = cluster.run_folder(make, config_yaml, resuming=resume_from is not None)
-    RunLayout(run_dir).overrides.write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
-    plan = run.plan(run_dir, resume_from, topology, None if cluster is None else cluster.group)
-    if cluster is not None:
-        cluster.start_watch()
-        trainer_fn = cluster.guard(trainer_fn)
-    out = sys.stdout
-    for note in run.notes:
-        out.write(f"{note}\n")
-    out.write(f"{placement}\n")
-    if rendering is not None:
-        out.write(f"{rendering}\n")
-    out.write(f"run folder: {run_dir}\n")
-    if resume_from is not None and resumed_at is not None:
-        out.write(f"{resume_line(plan, resumed_at, one_launch_settings(overrides))}\n")
-    out.flush()
-    server.hand_over()
-    return run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)
+    try:  # the run folder is this process's until the run ends (Note [run folder lock])
+        RunLayout(run_dir).overrides.write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
+        plan = run.plan(run_dir, resume_from, topology, None if cluster is None else cluster.group)
+        if cluster is not None:
+            cluster.start_watch()
+            trainer_fn = cluster.guard(trainer_fn)
+        out = sys.stdout
+        for note in run.notes:
+            out.write(f"{note}\n")
+        out.write(f"{placement}\n")
+        if rendering is not None:
+            out.write(f"{rendering}\n")
+        out.write(f"run folder: {run_dir}\n")
+        if resume_from is not None and resumed_at is not None:
+            out.write(f"{resume_line(plan, resumed_at, one_launch_settings(overrides))}\n")
+        out.flush()
+        server.hand_over()
+        return run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)
+    finally:
+        release_run_dir(run_dir)

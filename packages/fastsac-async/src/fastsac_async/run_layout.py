@@ -18,6 +18,7 @@ names::
         events.out.tfevents.*             TensorBoard's event files, in the run folder itself
         wandb_id.txt, wandb/              the W&B run's id (a resume continues it) and W&B's own files
         ddp_rendezvous                    the learners' torch.distributed file rendezvous (during a run)
+        run.lock                          the lock a trainer holds on its run folder while it runs
         host<R>/                          the run folder of host R > 0 of a run across hosts (same layout)
 
 A checkpoint is written atomically by ``fastsac_core.save_checkpoint`` (any path, in a run folder or
@@ -92,6 +93,11 @@ class RunLayout:
     def parent_log(self) -> Path:
         """``logs/trainer.log``: the parent's log records and every console line."""
         return self.log("trainer")
+
+    @property
+    def lock(self) -> Path:
+        """``run.lock``: the file a trainer holds locked (``flock``) on its run folder while it runs."""
+        return self.root / "run.lock"
 
     @property
     def errors(self) -> Path:
@@ -176,13 +182,13 @@ class RunLayout:
     def written_before_training(self, path: Path) -> bool:
         """Whether the file ``path`` is one a run writes before it trains, and nothing else needs.
 
-        ``config.yaml``, ``overrides.txt``, the logs (and boot profiles), TensorBoard's event files and the
-        rendezvous: a folder that holds only these (and :attr:`folders`) keeps nothing of a run that
-        never trained.
+        ``config.yaml``, ``overrides.txt``, the logs (and boot profiles), TensorBoard's event files, the
+        rendezvous and the lock: a folder that holds only these (and :attr:`folders`) keeps nothing of
+        a run that never trained.
         Checkpoints, replay files, error logs, videos and W&B's files are not.
         """
         return (
-            path in (self.config, self.overrides, self.rendezvous)
+            path in (self.config, self.overrides, self.rendezvous, self.lock)
             or (path.parent == self.logs and (path.suffix == ".log" or path.name.endswith(_BOOT_PROFILE)))
             or (path.parent == self.events and path.name.startswith("events.out.tfevents."))
         )
