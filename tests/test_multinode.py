@@ -185,7 +185,10 @@ def test_a_sigkilled_host_stops_the_other_which_names_it(tmp_path: Path, run_end
 def test_ctrl_c_on_one_hosts_torchrun_stops_every_host_with_a_final_checkpoint(
     tmp_path: Path, run_end: Any
 ) -> None:
-    """SIGINT to host 1's torchrun (Ctrl+C on its terminal): both trainers stop, rank 0 checkpoints."""
+    """SIGINT to host 1's torchrun (Ctrl+C on its terminal): both trainers stop, rank 0 checkpoints.
+
+    Host 0, stopped by host 1's stop, says its run was stopped (not completed).
+    """
     port = _free_port()
     args = [*TINY, "algo.trainer.num_learning_iterations=1000000"]
     hosts = [_Host(tmp_path, r, 2, port, args, run_end) for r in (0, 1)]
@@ -202,6 +205,7 @@ def test_ctrl_c_on_one_hosts_torchrun_stops_every_host_with_a_final_checkpoint(
         for host in hosts:
             host.close()
     assert "stop_reason=SIGINT" in hosts[1].text()
+    assert "stop_reason=stop_requested" in hosts[0].text(), "host 0 ended short of its budget: not completed"
     run = _run_folder(tmp_path)
     final = re.search(r"done: iterations=(\d+)", hosts[0].text())
     assert final, hosts[0].text()

@@ -102,6 +102,9 @@ def _local_factory(num_envs: int, seed: int) -> object:
         ({"env_id": "Hopper-v5", "overrides": ["--multirun"]}, "--multirun is not supported"),
         ({"env_id": "Hopper-v5", "overrides": ["seed=1,2"]}, "call train() once per seed"),
         ({"env_id": "Hopper-v5", "overrides": ["logger=tensorboard,bogus"]}, "logger="),
+        ({"env_id": "Hopper-v5", "overrides": "seed=3"}, "pass a list of 'key=value' strings"),
+        ({"env_id": "Hopper-v5", "overrides": None}, "pass a list of 'key=value' strings"),
+        ({"env_id": "Hopper-v5", "overrides": [1, 2]}, "pass a list of 'key=value' strings"),
     ],
 )
 def test_mistakes_raise_the_command_lines_one_line_error(

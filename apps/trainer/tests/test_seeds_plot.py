@@ -235,3 +235,11 @@ def test_a_seed_list_under_torchrun_on_several_hosts_is_refused(monkeypatch: pyt
         monkeypatch.setenv(key, value)  # fmt: skip
     with pytest.raises(TrainerAppError, match=r"seed=1,2 is invalid under torchrun with 2 hosts"):
         seed_runs(["seed=1,2"])
+
+
+def test_an_out_that_is_a_folder_gets_the_default_name_inside_it(tmp_path: Path) -> None:
+    """out=<existing folder> is <folder>/returns.png, not <folder>.png beside it; no suffix means .png."""
+    from fastsac_trainer.plot import DEFAULT_OUT, image_file
+
+    assert image_file(str(tmp_path)) == tmp_path / DEFAULT_OUT
+    assert image_file(str(tmp_path / "curves")) == tmp_path / "curves.png"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fastsac_trainer.boot_clock import next_launch
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.main_guard import check_main_guard
 from fastsac_trainer.training import RunOutcome, start_workers_first, train_run
@@ -179,6 +180,12 @@ def train(
         TrainingAbortedError: The run was stopped at once.
     """
     check_main_guard()  # first: in a worker importing the script, nothing else may run
+    if not isinstance(overrides, list | tuple) or not all(isinstance(o, str) for o in overrides):
+        raise TrainerAppError(
+            f"overrides={overrides!r} is invalid: pass a list of 'key=value' strings, "
+            "e.g. overrides=['algo.trainer.time_limit_s=300']"
+        )
+    next_launch()  # this call's start-up counts from its own start (a script may call train() again)
     server = start_workers_first()  # then, before anything imports torch
     try:
         return _train(server, task, env_id, env_factory, env_kwargs, env_import, overrides)

@@ -9,7 +9,8 @@ expects is reached, or at ``finish`` (the end of the run), one line sums them up
 running 17.6 s, first update 18.3 s, compiled switch 52.0 s after launch``; a run that reached one
 milestone only has no summary (it would repeat that milestone's line). The launch is the start of
 this process (a ``torchrun`` rank's own start), as the user counts it; for the second and later runs
-of a seed list (``seed=1,2,3``, one process), the start of that run (:func:`next_launch`).
+of a seed list (``seed=1,2,3``, one process) and for each ``train()`` call, the start of that run
+(:func:`next_launch`).
 """
 
 from __future__ import annotations

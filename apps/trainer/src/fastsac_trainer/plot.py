@@ -230,7 +230,9 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
 
 
 def image_file(out: str) -> Path:
-    """``out=`` as the path of an image matplotlib writes (its format from the suffix; none: ``.png``).
+    """``out=`` as the path of an image matplotlib writes.
+
+    Its format comes from the suffix (none: ``.png``); an existing folder gets :data:`DEFAULT_OUT` in it.
 
     Raises:
         TrainerAppError: matplotlib writes no such format.
@@ -238,6 +240,8 @@ def image_file(out: str) -> Path:
     from matplotlib.backend_bases import FigureCanvasBase
 
     path = Path(out)
+    if path.is_dir():  # a folder: the default name inside it, not "<folder>.png" beside it
+        return path / DEFAULT_OUT
     if not path.suffix:
         return path.with_suffix(".png")  # what savefig would write
     formats = FigureCanvasBase.get_supported_filetypes()

@@ -288,6 +288,11 @@ class RunWatch:
                 _log.info("%s; learners finish with a checkpoint", stop_reason.replace("_", " "))
                 control.request_stop()
                 stopped_early = True
+        if stop_reason == "completed" and control.global_step < spec.run.num_iterations:
+            # Ended short of its budget on another host's stop (its learners voted it in the collective):
+            # that is a stop asked for, not a completed run (a requeue reads the reason).
+            stop_reason = "stop_requested"
+            _log.info("stopped before the budget by another host's stop")
         return EngineResult(
             global_step=control.global_step,
             collector_steps=control.all_collector_steps(),
