@@ -271,6 +271,10 @@ def test_two_hosts_train_as_one_run_then_resume_it_as_one_run(tmp_path: Path, ru
     other = _done_line(RunLayout(run).host(1).log("learner0"))
     assert primary == other and primary[0] == 16 and primary[1] > 0, (primary, other)
     assert "run across 2 hosts" in hosts[1].text() and "learner rank 1 on cpu" in hosts[0].text()
+    # The env steps are the whole run's (every host's envs), not host 0's alone.
+    envs = int(re.search(r"in all: \d+ learners, (\d+) envs", hosts[0].text()).group(1))  # type: ignore[union-attr]
+    steps = int(re.search(r"done: iterations=16, env_steps=(\d+)", hosts[0].text()).group(1))  # type: ignore[union-attr]
+    assert 16 * envs <= steps < 20 * envs, (steps, envs)
     layout, host1 = RunLayout(run), RunLayout(run).host(1)
     assert sorted(layout.checkpoints.iterdir()) == [layout.checkpoint(16), layout.replay(0)]
     # Host 1 keeps its learner's replay shard (run-wide rank 1), no checkpoint and no events.
