@@ -74,3 +74,29 @@ def test_an_env_count_moved_for_this_machine_is_saved_for_the_resume() -> None:
     assert f"task.num_envs={moved}" in composed.settings
     kept = _composed(["task=humanoid", "task.num_envs=448", "algo.trainer.device=cpu"])
     assert [o for o in kept.settings if o.startswith("task.num_envs=")] == ["task.num_envs=448"]
+
+
+def test_a_resume_whose_replay_does_not_fit_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A whole replay file of another layout: exit 2 in one line with the fix; the file is left as it was."""
+    from fastsac_core import FastSACConfig, ReplayBuffer, save_replay
+    from fastsac_trainer.arguments import composed
+
+    run_dir = tmp_path / "runs" / "r"
+    args = [*SYNC_TINY, "algo.trainer.num_learning_iterations=4", f"runs_root={run_dir.parent}", "run_name=r"]
+    _train(args)
+    run = composed(args).run
+    replay = RunLayout(run_dir).replay(0)
+    other = ReplayBuffer.of(
+        run.dims, FastSACConfig(**{**vars(run.agent), "buffer_size": 8}), 4
+    )  # 4 envs, not 2
+    save_replay(replay, other.snapshot(), gstep=4)
+    before = replay.read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1, err
+    assert f"replay file {str(replay)!r} does not fit this buffer" in err and "move" in err, err
+    assert replay.read_bytes() == before and not RunLayout(run_dir).checkpoint(6).exists()

@@ -172,6 +172,41 @@ def _restored(plan: Any, resumed_at: int) -> str:
     return line
 
 
+def check_replay_fits(plan: Any) -> None:
+    """Refuse a resume whose replay files are whole but do not fit this launch's buffers.
+
+    Checked before anything is written: a learner would otherwise restart from an empty buffer and
+    write its own file over the run's at its first replay write (fewer collectors per learner, a
+    synchronous resume of an asynchronous run). A missing or unreadable file is no refusal: there is
+    nothing to keep, and the resume line says that learner starts empty.
+
+    Raises:
+        TrainerAppError: A replay file that does not fit (the rule the learner applies,
+            ``ReplayLayout.counts``), with the fix.
+    """
+    from fastsac_core import CheckpointError, peek_replay
+    from fastsac_trainer.config.exceptions import TrainerAppError
+
+    run = plan.run
+    host = 0 if plan.hosts is None else plan.hosts.host_rank
+    for rank, layout in _replay_layouts(plan).items():
+        path = run.replay_to_resume(rank, host)
+        if path is None or not path.is_file():
+            continue
+        try:
+            peek_replay(path)
+        except CheckpointError:
+            continue  # unreadable: nothing to keep
+        try:
+            peek_replay(path, fits=layout)
+        except CheckpointError as error:
+            raise TrainerAppError(
+                f"resume={str(run.resume_from)!r} is invalid: {error}; resume with the run's own layout "
+                f"(its trainer, collectors, learners and task.num_envs), or move {path} away to restart "
+                "learning from an empty buffer"
+            ) from None
+
+
 def _replay_layouts(plan: Any) -> dict[int, Any]:
     """Run-wide rank -> ``ReplayLayout`` of each replay buffer this host's learners build.
 

@@ -148,6 +148,7 @@ def _prepared_run(
     from fastsac_trainer.config.compose import explicit_keys
     from fastsac_trainer.config.placement import checked_placement, describe_placement
     from fastsac_trainer.launch import (
+        check_replay_fits,
         check_resumable,
         open_run_dir,
         resume_line,
@@ -181,6 +182,8 @@ def _prepared_run(
             outcome.nothing_to_train(previous_run or resume_from.parent, resume_from)
         return 0
     topology = checked_placement(run, cuda_count, explicit_keys(overrides))
+    if resume_from is not None:  # its replay, read where the resume reads it (any run folder will do)
+        check_replay_fits(run.plan(resume_from.parent, resume_from, topology, cluster and cluster.group))
     placement = describe_placement(run, topology)
     if cluster is not None:  # every host agrees before anything starts
         placement = f"{placement}\n{cluster.agree(run, topology, resumed_at)}"
