@@ -57,6 +57,10 @@ def test_a_good_step_and_reset_pass_and_the_label_is_the_id_or_the_type() -> Non
             "returned observations of shape (3, 5); it must be (3, 4)",
         ),
         ({"terminated": np.zeros(N, np.float32)}, "returned terminated of dtype float32; return booleans"),
+        (
+            {"truncated": np.array([0, 2, 0], np.int64)},
+            "returned truncated holding values other than 0 and 1",
+        ),
         ({"truncated": [False] * N}, "returned truncated as a list; return a numpy array of shape (3,)"),
         (
             {
@@ -66,7 +70,16 @@ def test_a_good_step_and_reset_pass_and_the_label_is_the_id_or_the_type() -> Non
             "final_obs of the episodes that ended holding nan",
         ),
     ],
-    ids=["nan reward", "inf obs", "reward shape", "obs shape", "float flags", "list flags", "nan final obs"],
+    ids=[
+        "nan reward",
+        "inf obs",
+        "reward shape",
+        "obs shape",
+        "float flags",
+        "int 2",
+        "list flags",
+        "nan final obs",
+    ],
 )
 def test_a_step_that_breaks_the_protocol_is_one_line_naming_the_env(
     changes: dict[str, object], message: str
@@ -78,9 +91,17 @@ def test_a_step_that_breaks_the_protocol_is_one_line_naming_the_env(
     assert line.startswith("Point-v0's ") and message in line and "\n" not in line, line
 
 
-def test_a_nan_final_obs_of_an_env_that_did_not_end_is_not_looked_at() -> None:
-    """final_obs rows of envs whose episode goes on are stale by the protocol: a NaN there is no error."""
+def test_only_the_final_obs_of_envs_that_ended_are_looked_at_and_the_row_is_named() -> None:
+    """Stale final_obs rows (episodes going on) may hold anything; an ended env's NaN names its own row."""
     check_step(_Env(), _result(final_obs=np.full((N, OBS), np.nan, np.float32)))  # type: ignore[arg-type]
+    final = np.zeros((N, OBS), np.float32)
+    final[0] = np.nan  # env 0 goes on: stale
+    final[2, 1] = np.nan  # env 2 ended
+    flags = np.array([0, 1, 1], np.uint8)  # 0/1 integers: envs 1 and 2 ended
+    with pytest.raises(
+        EnvOutputError, match=r"final_obs of the episodes that ended holding nan \(env 2 of 3\)"
+    ):
+        check_step(_Env(), _result(terminated=flags, final_obs=final))  # type: ignore[arg-type]
 
 
 def test_a_reset_with_a_nan_or_a_wrong_shape_is_refused() -> None:

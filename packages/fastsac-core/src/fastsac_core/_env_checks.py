@@ -37,12 +37,16 @@ def _check_shape(env: BatchedEnv, call: str, name: str, value: object, shape: tu
         )
 
 
-def _check_finite(env: BatchedEnv, call: str, name: str, value: np.ndarray) -> None:
+def _check_finite(
+    env: BatchedEnv, call: str, name: str, value: np.ndarray, rows: np.ndarray | None = None
+) -> None:
+    """Raise unless ``value`` is finite; ``rows``: the env rows ``value`` holds (default: all, in order)."""
     if value.size and not np.isfinite(value).all():
         bad = np.argwhere(~np.isfinite(value))[0]
+        row = int(bad[0]) if rows is None else int(rows[bad[0]])
         raise EnvOutputError(
-            f"{env_label(env)}'s {call}() returned {name} holding {value[tuple(bad)]} (env {int(bad[0])} of "
-            f"{value.shape[0]}); an env must return finite observations and rewards: look for an "
+            f"{env_label(env)}'s {call}() returned {name} holding {value[tuple(bad)]} (env {row} of "
+            f"{env.num_envs}); an env must return finite observations and rewards: look for an "
             "unstable simulation or a division by zero in the env"
         )
 
@@ -79,12 +83,16 @@ def check_step(env: BatchedEnv, result: StepResult) -> None:
     for name in ("terminated", "truncated"):
         flags = getattr(result, name)
         _check_shape(env, "step", name, flags, (n,))
-        if not (flags.dtype == np.bool_ or np.issubdtype(flags.dtype, np.integer)):
+        integers = np.issubdtype(flags.dtype, np.integer)
+        if flags.dtype != np.bool_ and not (integers and bool(((flags == 0) | (flags == 1)).all())):
+            what = "holding values other than 0 and 1" if integers else f"of dtype {flags.dtype}"
             raise EnvOutputError(
-                f"{env_label(env)}'s step() returned {name} of dtype {flags.dtype}; return booleans "
-                f"(a numpy bool array of shape ({n},))"
+                f"{env_label(env)}'s step() returned {name} {what}; return booleans (a numpy bool "
+                f"array of shape ({n},))"
             )
     _check_shape(env, "step", "final_obs", result.final_obs, (n, env.dims.obs_dim))
-    ended = result.terminated | result.truncated
-    if ended.any():
-        _check_finite(env, "step", "final_obs of the episodes that ended", result.final_obs[ended])
+    ended = np.flatnonzero(np.logical_or(result.terminated, result.truncated))
+    if ended.size:
+        _check_finite(
+            env, "step", "final_obs of the episodes that ended", result.final_obs[ended], rows=ended
+        )
