@@ -192,7 +192,7 @@ def test_runs_started_at_once_with_default_names_get_their_own_folders(tmp_path:
 
 
 def test_the_done_lines_summary_shows_floats_to_four_figures() -> None:
-    """A result's float fields read 40.42, not 40.417910447761194; counts and names as they are."""
+    """A result's float fields read 40.42 (and 12345.68), not 40.417910447761194; counts as they are."""
     from dataclasses import dataclass
 
     from fastsac_trainer.outcome import summary
@@ -206,6 +206,7 @@ def test_the_done_lines_summary_shows_floats_to_four_figures() -> None:
     assert summary(Result(6, 40.417910447761194, "completed")) == (
         "iterations=6, mean_return=40.42, stop_reason=completed"
     )
+    assert "mean_return=12345.68," in summary(Result(6, 12345.678, "completed"))
 
 
 def test_a_stop_signal_after_the_outcome_ends_the_process_with_the_runs_code() -> None:

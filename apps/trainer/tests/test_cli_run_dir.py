@@ -29,7 +29,7 @@ from fastsac_trainer.testing import TINY_PENDULUM
 
 
 def test_create_run_dir_makes_the_layout_and_saves_the_config(tmp_path: Path) -> None:
-    """The run folder has logs/, async_errors/, checkpoints/ and the resolved config.yaml."""
+    """The run folder has logs/, async_errors/, checkpoints/, the resolved config.yaml and its run.lock."""
     run_dir = create_run_dir(tmp_path / "runs", "r", "seed: 3\n")
     layout = RunLayout(run_dir)
     assert set(run_dir.iterdir()) == {*layout.folders, layout.config, layout.lock}
@@ -259,6 +259,9 @@ def test_a_run_folder_another_live_trainer_holds_is_refused_until_it_ends(tmp_pa
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(TrainerAppError, match=rf"is in use by another trainer \(pid {holder.pid}\)"):
             create_run_dir(tmp_path, "r", "a: 2\n", resuming=True)
+        RunLayout(run_dir).replay(0).write_bytes(b"x")  # no checkpoint yet: still not "stopped before"
+        with pytest.raises(TrainerAppError, match=rf"run_name='r' is invalid: .* in use .*pid {holder.pid}"):
+            create_run_dir(tmp_path, "r", "a: 2\n")
         assert RunLayout(run_dir).config.read_text() == "a: 1\n", "nothing was written"
     finally:
         holder.kill()

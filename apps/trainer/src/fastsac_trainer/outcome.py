@@ -36,6 +36,6 @@ def summary(result: object, stop: str | None = None) -> str:
             values["stop_reason"] = stop
         elif stop is not None and values.get("stop_reason") == "stopped_during_boot":
             values["stop_reason"] = f"stopped_during_boot ({stop})"
-        shown = (f"{value:.4g}" if isinstance(value, float) else value for value in values.values())
+        shown = (f"{value:.2f}" if isinstance(value, float) else value for value in values.values())
         return ", ".join(f"{name}={value}" for name, value in list(zip(values, shown, strict=True))[:6])
     return str(result)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import time
 import zipfile
@@ -16,6 +17,8 @@ from pathlib import Path
 from fastsac_async import RunLayout, checkpoint_step
 from fastsac_core import discard_partial_checkpoints
 from fastsac_trainer.config.exceptions import TrainerAppError
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "check_run_name",
@@ -80,7 +83,7 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
     """
     run_dir = runs_root / run_name
     if resuming:
-        with _writing(runs_root, run_dir, resuming=True):
+        with _writing(runs_root, run_dir, resuming=True), _held_or_released(run_dir):
             hold_run_dir(run_dir)  # before anything is written: another trainer may be running in it
             _make_layout(run_dir)
             # A run killed while it wrote a checkpoint leaves that write's temporary file (never read as a
@@ -88,13 +91,23 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
             discard_partial_checkpoints(RunLayout(run_dir).checkpoints)
             RunLayout(run_dir).config.write_text(config_yaml, encoding="utf-8")
         return run_dir
-    with _writing(runs_root, run_dir):
+    with _writing(runs_root, run_dir), _held_or_released(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
         if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml):
             raise TrainerAppError(_taken(run_name, run_dir))
         hold_run_dir(run_dir)
         _make_layout(run_dir)
     return run_dir
+
+
+@contextlib.contextmanager
+def _held_or_released(run_dir: Path) -> Iterator[None]:
+    """Inside, a failure lets go of ``run_dir``'s lock again: the caller never gets the folder."""
+    try:
+        yield
+    except BaseException:
+        release_run_dir(run_dir)
+        raise
 
 
 def create_default_run_dir(runs_root: Path, task: str, config_yaml: str, *, now: float | None = None) -> Path:
@@ -159,6 +172,10 @@ def hold_run_dir(run_dir: Path) -> None:
             f"{run_dir} is in use by another trainer (pid {holder}); two trainers writing one run folder "
             "would mix their checkpoints: wait for it to end or stop it, or use another run_name"
         ) from None
+    except OSError as error:  # a filesystem without flock (NFS without lockd, Lustre without -o flock)
+        os.close(fd)
+        _log.warning("%s cannot be locked (%s): nothing stops a second trainer on it", run_dir, error)
+        return
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _HELD[key] = fd
@@ -217,6 +234,12 @@ def _claim(run_dir: Path, config_yaml: str) -> bool:
 
 def _taken(run_name: str, run_dir: Path) -> str:
     """The one-line refusal of a new run into ``run_dir``, which holds something already."""
+    if RunLayout(run_dir).lock.is_file():  # a run's folder (a folder of the user's gets no lock file)
+        try:
+            hold_run_dir(run_dir)  # a live trainer's folder is that, whatever it holds yet
+        except TrainerAppError as held:
+            return f"run_name={run_name!r} is invalid: {held}"
+        release_run_dir(run_dir)
     checkpoints = RunLayout(run_dir).checkpoints
     if latest_checkpoint(run_dir) is not None:
         return (

@@ -70,12 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     show = commands.add_parser("show", help="print NUMA nodes, CPUs, memory and GPU locality")
-    show.add_argument("--sysfs-root", default="/sys", help="where sysfs is mounted (default: /sys)")
+    show.add_argument("--sysfs-root", default=None, help="where sysfs is mounted (default: /sys)")
     show.add_argument("--no-gpus", action="store_true", help="skip the NVML/sysfs GPU locality query")
     args = parser.parse_args(argv)
-    if not (Path(args.sysfs_root) / "devices" / "system").is_dir():
+    # A root given that holds no sysfs is a mistake; the default /sys may be missing (macOS, sandboxes),
+    # where discover_host falls back to what the OS says.
+    if args.sysfs_root is not None and not (Path(args.sysfs_root) / "devices" / "system").is_dir():
         parser.error(f"--sysfs-root {args.sysfs_root} holds no devices/system; give where sysfs is mounted")
-    layout = discover_host(sysfs_root=args.sysfs_root, with_gpus=not args.no_gpus)
+    root = "/sys" if args.sysfs_root is None else args.sysfs_root
+    layout = discover_host(sysfs_root=root, with_gpus=not args.no_gpus)
     policy = current_mempolicy()
     try:
         print(render_layout(layout))  # noqa: T201

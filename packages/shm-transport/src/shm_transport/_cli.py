@@ -1,7 +1,7 @@
 """``shm-transport`` command: list and clean up shared-memory segments.
 
-`shm-transport list` prints every shmtx- (or $SHMTX_PREFIX) segment with its creator pid,
-size and whether the creator is alive; `shm-transport cleanup [--dry-run]` removes those whose
+``shm-transport list`` prints every ``shmtx-`` (or ``$SHMTX_PREFIX``) segment with its creator pid,
+size and whether the creator is alive; ``shm-transport cleanup [--dry-run]`` removes those whose
 creator is dead.
 """
 

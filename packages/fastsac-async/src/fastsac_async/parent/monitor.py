@@ -260,14 +260,18 @@ class RunWatch:
                 if exit_.name in self._learners and not control.learner_done(int(exit_.name[7:])):
                     raise sup.failure(exit_)  # exited 0 before its loop was done
             forward()
-            stalled = stall.check((*control.all_collector_steps(), control.updates))
-            if stalled is not None:
-                sup.dump_stacks()
-                _log.warning(
-                    "nothing has moved for %.0f s (no env step, no update): a first compile still running, "
-                    "or a worker stuck, an env step that never returns say; every worker's stack is now "
-                    "in its log (%s)", stalled, RunLayout(spec.run.run_dir).logs,
-                )  # fmt: skip
+            steps = control.all_collector_steps()
+            # Watched while the run should move: not once a stop is asked for or the collectors have
+            # their budget (the final checkpoint and replay write take their time then).
+            if not control.stop_requested and min(steps) < spec.run.num_iterations:
+                stalled = stall.check((*steps, control.updates))
+                if stalled is not None:
+                    sup.dump_stacks()
+                    _log.warning(
+                        "nothing has moved for %.0f s (no env step, no update): a first compile still "
+                        "running, or a worker stuck (an env step that never returns?); every worker's "
+                        "stack is now in its log (%s)", stalled, RunLayout(spec.run.run_dir).logs,
+                    )  # fmt: skip
             if all(control.learner_done(r) for r in range(spec.num_learners)):
                 # Done, final checkpoint included: an abort from here on only hurries the shutdown.
                 control.request_stop()  # the evaluator abandons its evaluation (or reports a finished one)

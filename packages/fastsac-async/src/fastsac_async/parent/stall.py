@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 __all__ = ["STALL_WARN_S", "StallWatch"]
 
 STALL_WARN_S = 120.0
-"""Seconds without an env step or an update before the parent says the run stalled. Above a first
-compile's wait on the GPU host (collectors held at their lead while the learner compiles: 37-53 s
-for Humanoid, wiki/benchmarks.md)."""
+"""Seconds without an env step or an update before the parent says the run stalled: well above a
+first compile's wait, during which the collectors are held at their lead (wiki/benchmarks.md has
+the GPU host's compile times)."""
 
 
 class StallWatch:
