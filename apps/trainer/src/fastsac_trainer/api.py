@@ -55,7 +55,7 @@ class TrainResult:
     iterations: int
     """Iterations (full env batches) reached, counted from the run's start."""
     env_steps: int
-    """Transitions collected in this call."""
+    """Env steps (transitions) reached, counted from the run's start, as ``iterations`` are."""
     updates: int
     """Critic updates done (learner 0's)."""
 
