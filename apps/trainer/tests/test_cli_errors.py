@@ -89,6 +89,10 @@ def _fail(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
         (["--cfg"], "error: --cfg needs a value; use `--cfg job`"),
         (["task=pendulum", "~seed"], "error: ~seed is not supported: every setting has a value; set it"),
         (["task=pendulum", "algo.agent.v_max=inf"], "error: algo.agent.v_max=inf is invalid: use a finite"),
+        (
+            ["task=pendulum", "algo.trainer.asynchronous=false", f"{OPTS}.num_learners=2"],
+            f"error: {OPTS}.num_learners=2 is invalid: the synchronous trainer has one learner",
+        ),
         (  # --cfg job checks the placement as a launch does
             ["--cfg", "job", "task=pendulum", f"{OPTS}.num_collectors=2", f"{OPTS}.cpus_per_collector=512"],
             f"error: {OPTS}.cpus_per_collector=512 is invalid: the host",

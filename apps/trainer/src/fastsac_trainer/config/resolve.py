@@ -20,7 +20,7 @@ from fastsac_async import (
 )
 from fastsac_core import EnvDims, EnvFactory, FastSACConfig, batch_choices
 from fastsac_topology import AUTO, TopologyError, TrainerTopology, expand_learner_devices, size_collectors
-from fastsac_trainer.config.exceptions import TrainerAppError
+from fastsac_trainer.config.exceptions import ConfigError, TrainerAppError
 from fastsac_trainer.config.host import host_layout, host_quota
 from fastsac_trainer.config.validate import (
     agent_config,
@@ -263,6 +263,11 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
     Raises:
         TrainerAppError: Any invalid value (one line: the setting, the value seen, the fix).
     """
+    learners = cfg["algo"]["trainer"]["async_options"]["num_learners"]
+    if not cfg["algo"]["trainer"]["asynchronous"] and isinstance(learners, int) and learners > 1:
+        # First: the counts' own rules would otherwise ask for collectors a synchronous run never starts.
+        fix = "the synchronous trainer has one learner: use 1, or algo.trainer.asynchronous=true"
+        raise ConfigError("algo.trainer.async_options.num_learners", learners, fix)
     validate_config(cfg, cuda_count)
     trainer = cfg["algo"]["trainer"]
     if trainer["asynchronous"]:
