@@ -79,7 +79,10 @@ def test_an_env_count_moved_for_this_machine_is_saved_for_the_resume() -> None:
 def test_a_resume_whose_replay_does_not_fit_is_refused_before_anything_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A whole replay file of another layout: exit 2 in one line with the fix; the file is left as it was."""
+    """A whole replay file of another layout is refused in one line, the file kept; an unreadable one is not.
+
+    The refusal exits 2 with the fix; an unreadable file has nothing to keep: the run restarts empty.
+    """
     from fastsac_core import FastSACConfig, ReplayBuffer, save_replay
     from fastsac_trainer.arguments import composed
 
@@ -100,3 +103,6 @@ def test_a_resume_whose_replay_does_not_fit_is_refused_before_anything_is_writte
     assert info.value.code == 2 and err.count("\n") == 1, err
     assert f"replay file {str(replay)!r} does not fit this buffer" in err and "move" in err, err
     assert replay.read_bytes() == before and not RunLayout(run_dir).checkpoint(6).exists()
+    replay.write_bytes(b"torn")  # unreadable: nothing to keep, so no refusal, an empty start
+    _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6"])
+    assert RunLayout(run_dir).checkpoint(6).is_file()

@@ -11,7 +11,7 @@ import pytest
 from fastsac_async import AsyncOptions, EngineSpec, RunLayout, TrainingRun, run_engine
 from fastsac_async.parent import monitor
 from fastsac_async.parent.stall import StallWatch
-from fastsac_async.testing import HangingEnvFactory, cpu_topology
+from fastsac_async.testing import FailingEnvFactory, cpu_topology
 from fastsac_core import FastSACConfig
 
 
@@ -40,7 +40,7 @@ def test_an_env_step_that_never_returns_is_said_with_the_stacks_in_the_logs(
     The stuck collector is killed at the shutdown (its join times out).
     """
     monkeypatch.setattr(monitor, "STALL_WARN_S", 1.5)
-    factory = HangingEnvFactory(hang_at_step=12)
+    factory = FailingEnvFactory(fail_at_step=12, hang=True)
     cfg = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, batch_size=16,
                         buffer_size=64, num_updates=2, learning_starts=3, compile=False, cudagraphs=False,
                         amp=False)  # fmt: skip

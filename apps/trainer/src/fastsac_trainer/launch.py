@@ -184,7 +184,7 @@ def check_replay_fits(plan: Any) -> None:
         TrainerAppError: A replay file that does not fit (the rule the learner applies,
             ``ReplayLayout.counts``), with the fix.
     """
-    from fastsac_core import CheckpointError, peek_replay
+    from fastsac_core import CheckpointError, ReplayBufferError, peek_replay
     from fastsac_trainer.config.exceptions import TrainerAppError
 
     run = plan.run
@@ -194,12 +194,10 @@ def check_replay_fits(plan: Any) -> None:
         if path is None or not path.is_file():
             continue
         try:
-            peek_replay(path)
-        except CheckpointError:
-            continue  # unreadable: nothing to keep
-        try:
             peek_replay(path, fits=layout)
         except CheckpointError as error:
+            if not isinstance(error.__cause__, ReplayBufferError):
+                continue  # unreadable: nothing to keep (a fit that fails is the buffer's own error)
             raise TrainerAppError(
                 f"resume={str(run.resume_from)!r} is invalid: {error}; resume with the run's own layout "
                 f"(its trainer, collectors, learners and task.num_envs), or move {path} away to restart "

@@ -31,7 +31,6 @@ __all__ = [
     "FakeBatchedEnv",
     "FakeEnvFactory",
     "FirstActionsEnvFactory",
-    "HangingEnvFactory",
     "LearnerFaultEnvFactory",
     "UnpickledVariable",
     "cpu_topology",
@@ -197,49 +196,34 @@ def random_collector(env: BatchedEnv, ring: TransitionRing, cfg: FastSACConfig, 
 
 
 class _FailingEnv(FakeBatchedEnv):
-    def __init__(self, num_envs: int, seed: int, fail_at_step: int) -> None:
+    def __init__(self, num_envs: int, seed: int, fail_at_step: int, hang: bool) -> None:
         super().__init__(num_envs, seed, step_delay_s=0.002)
         self._fail_at = fail_at_step
+        self._hang = hang
 
     def step(self, actions: F32) -> StepResult:
         if self._steps + 1 >= self._fail_at:
+            if self._hang:
+                time.sleep(600.0)  # a simulator that never returns (the test's bound ends it first)
             raise RuntimeError(f"env exploded at step {self._fail_at}")
         return super().step(actions)
 
 
 @dataclass(frozen=True)
 class FailingEnvFactory:
-    """Picklable factory of fake envs that raise ``RuntimeError`` at step ``fail_at_step``."""
+    """Picklable factory of fake envs whose step ``fail_at_step`` fails.
+
+    It raises ``RuntimeError``, or with ``hang`` never returns (it sleeps 600 s).
+    """
 
     fail_at_step: int
-    """Step at which ``step`` raises."""
+    """Step at which ``step`` fails."""
+    hang: bool = False
+    """Hang at that step instead of raising."""
 
     def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
         """Build the env."""
-        return _FailingEnv(num_envs, seed, self.fail_at_step)
-
-
-class _HangingEnv(FakeBatchedEnv):
-    def __init__(self, num_envs: int, seed: int, hang_at_step: int) -> None:
-        super().__init__(num_envs, seed, step_delay_s=0.002)
-        self._hang_at = hang_at_step
-
-    def step(self, actions: F32) -> StepResult:
-        if self._steps + 1 >= self._hang_at:
-            time.sleep(600.0)  # a simulator that never returns (the test's bound ends it first)
-        return super().step(actions)
-
-
-@dataclass(frozen=True)
-class HangingEnvFactory:
-    """Picklable factory of fake envs whose step ``hang_at_step`` never returns (it sleeps 600 s)."""
-
-    hang_at_step: int
-    """Step at which ``step`` hangs."""
-
-    def __call__(self, num_envs: int, seed: int) -> BatchedEnv:
-        """Build the env."""
-        return _HangingEnv(num_envs, seed, self.hang_at_step)
+        return _FailingEnv(num_envs, seed, self.fail_at_step, self.hang)
 
 
 @dataclass(frozen=True)

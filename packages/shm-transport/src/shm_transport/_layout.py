@@ -12,6 +12,7 @@ memcpy per field. ``RingLayout.slot_nbytes`` is the payload of one slot (no padd
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
@@ -130,6 +131,13 @@ class RingLayout:
         """Field names in storage order."""
         return tuple(name for name, _ in self.fields)
 
+    @functools.cached_property
+    def _slot_fields(self) -> tuple[tuple[str, torch.Size, torch.dtype], ...]:
+        """``(name, (num_envs, *shape), dtype)`` of each field: what a pushed tensor is compared with."""
+        return tuple(
+            (name, torch.Size((self.num_envs, *spec.shape)), spec.dtype) for name, spec in self.fields
+        )
+
     def check_push(self, fields: Mapping[str, object]) -> None:
         """Raise unless ``fields`` is one slot of this layout.
 
@@ -140,13 +148,9 @@ class RingLayout:
             RingLayoutError: what was given against what the layout needs (a ring publishes nothing then).
         """
         if len(fields) == len(self.fields):
-            for name, spec in self.fields:
+            for name, shape, dtype in self._slot_fields:
                 src = fields.get(name)
-                if not (
-                    isinstance(src, Tensor)
-                    and src.shape == (self.num_envs, *spec.shape)
-                    and casts_safely(src.dtype, spec.dtype)
-                ):
+                if not (isinstance(src, Tensor) and src.shape == shape and casts_safely(src.dtype, dtype)):
                     break
             else:
                 return
