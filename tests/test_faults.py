@@ -70,7 +70,7 @@ def test_sigkill_mid_run_stops_everything(tmp_path: Path, victim: str, run_end: 
 
 @pytest.mark.slow
 def test_raising_worker_leaves_its_traceback(tmp_path: Path, run_end: Any) -> None:
-    """A collector whose env raises: WorkerFailed names it; its error log holds the traceback."""
+    """A collector's env raises: WorkerFailed names both and file:line; its error log keeps the traceback."""
     with pytest.raises(WorkerFailed) as info:
         run_engine(_spec(tmp_path, FailingEnvFactory(fail_at_step=12)))
     stopped_at = time.monotonic()
@@ -83,8 +83,14 @@ def test_raising_worker_leaves_its_traceback(tmp_path: Path, run_end: Any) -> No
         fault_at=fault_at, stopped_at=stopped_at, bound_s=30.0,
     )  # fmt: skip
     assert failure.worker.startswith("collector")
+    said = (
+        r"_FailingEnv's step\(\) raised RuntimeError: env exploded at step 12 "
+        r"\(raised at testing\.py:\d+ in step\)"
+    )
+    assert failure.error is not None and re.fullmatch(said, failure.error), failure.error
+    assert str(failure).startswith(f"worker {failure.worker} failed: {failure.error} (exited with code 1); ")
     text = failure.error_log.read_text()
-    assert "Traceback" in text and "env exploded at step 12" in text
+    assert "Traceback" in text and "RuntimeError: env exploded at step 12" in text, "the env's, as the cause"
 
 
 @pytest.mark.slow

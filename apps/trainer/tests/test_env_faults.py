@@ -4,8 +4,9 @@ The gymnasium adapter gives each env an action of its own every step (an env may
 observation of another shape than its space's (numpy would broadcast it) and an env without a time
 limit; a batched env of the user's is reset and stepped once when the run is planned, so wrong
 shapes or a NaN there are refused before anything starts; later, the synchronous trainer names an env
-that raised, where, and the file with the traceback; ``trainer eval`` takes a lone checkpoint's env as
-``task.env_id``; an interpolation in a value is one line, and the Python API escapes ``${``.
+that raised (in training or an evaluation), where, and the file with the traceback; ``trainer eval``
+takes a lone checkpoint's env as ``task.env_id`` and names its env's exception in one line; an
+interpolation in a value is one line, and the Python API escapes ``${``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 from fastsac_async.run_layout import RunLayout
+from fastsac_core import EnvOutputError
 from fastsac_trainer.api import hydra_value
 from fastsac_trainer.cli import main
 from fastsac_trainer.config.compose import compose_config
@@ -107,8 +109,9 @@ def test_an_observation_of_another_shape_and_an_env_without_a_time_limit_are_one
     env = MujocoBatchedEnv("BroadcastQA-v0", 2, seed=0, keep_wrappers=True)
     with pytest.raises(
         TaskError, match=r"BroadcastQA-v0's reset\(\) returned an observation of shape \(1,\)"
-    ):
+    ) as caught:
         env.reset()
+    assert isinstance(caught.value, EnvOutputError), "one line already: a collector passes it as it is"
     env.close()
     with pytest.raises(TaskError, match=r"EndlessQA-v0 registers no time limit.*task.max_episode_steps="):
         MujocoBatchedEnv("EndlessQA-v0", 2, seed=0, keep_wrappers=True)
@@ -158,20 +161,34 @@ def test_a_batched_env_that_fails_its_first_step_is_refused_before_anything_star
     assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize(
+    ("stage", "where"),
+    [
+        ("training", ["task.env_kwargs={fault:raise,after:4}"]),  # the training envs' 4th step
+        # an evaluation's envs at their 10th step, at iteration 2 (the training envs stepped twice)
+        ("evaluation", ["task.env_kwargs={fault:raise,after:10}", "algo.trainer.eval_interval=2"]),
+    ],
+)
 @pytest.mark.usefixtures("faulty_dir")
 def test_an_env_that_raises_in_a_synchronous_run_is_one_line_with_its_place_and_traceback_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    stage: str,
+    where: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The sync trainer names the env's error and line, keeps the traceback in the run folder, exits 2."""
     monkeypatch.chdir(tmp_path)
-    args = ["task=gym", "task.env_factory=faulty_env:make", "task.env_kwargs={fault:raise,after:4}",
-            *TINY_RUN, "algo.trainer.asynchronous=false", "run_name=r"]  # fmt: skip
+    args = ["task=gym", "task.env_factory=faulty_env:make", *where, *TINY_RUN,
+            "algo.trainer.asynchronous=false", "run_name=r"]  # fmt: skip
     code, err = _main(args, capsys)
     traceback_file = RunLayout(Path("runs") / "r").error_log("trainer")  # as the run names it: relative
     assert code == 2 and "Traceback" not in err, err
     assert "error: Faulty's step() raised ValueError: the simulator blew up (raised at faulty_env.py:" in err
     assert f"the run stopped (traceback: {traceback_file})" in err
-    assert "ValueError: the simulator blew up" in traceback_file.read_text(encoding="utf-8")
+    text = traceback_file.read_text(encoding="utf-8")
+    assert "ValueError: the simulator blew up" in text
+    assert ("in evaluate_policy" in text) == (stage == "evaluation"), text
 
 
 def test_an_unresolvable_interpolation_is_one_line_and_the_api_escapes_it(
@@ -191,7 +208,7 @@ def test_an_unresolvable_interpolation_is_one_line_and_the_api_escapes_it(
 def test_a_lone_checkpoint_of_a_users_env_evaluates_with_task_options(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint copied out of its run folder evaluates with task.env_factory=... (over task=gym)."""
+    """A lone checkpoint evaluates with task.env_factory=... (over task=gym); its env raising: one line."""
     monkeypatch.chdir(tmp_path)
     code, err = _main(["task=gym", "task.env_factory=faulty_env:make", *TINY_RUN, "run_name=r"], capsys)
     assert code == 0, err
@@ -204,6 +221,10 @@ def test_a_lone_checkpoint_of_a_users_env_evaluates_with_task_options(
               "task.env_kwargs={fault:none}"])  # fmt: skip
     out, err = capsys.readouterr()
     assert info.value.code == 0 and "faulty_env:make" in out and "over 2 episodes" in out, out + err
+    code, err = _main(["eval", f"checkpoint={lone}", "episodes=2", "task.env_factory=faulty_env:make",
+                       "task.env_kwargs={fault:raise,after:3}"], capsys)  # fmt: skip
+    said = "error: Faulty's step() raised ValueError: the simulator blew up (raised at faulty_env.py:"
+    assert code == 2 and err.startswith(said) and err.count("\n") == 1 and "Traceback" not in err, err
 
 
 def test_an_env_import_that_raises_is_told_apart_from_one_not_found(

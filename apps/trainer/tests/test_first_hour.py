@@ -2,12 +2,13 @@
 
 Each bad input is one line and exit 2, creating nothing; a mistyped command gets the nearest one; help,
 version and such mistakes answer without importing torch or hydra; a worker that fails once training
-runs is named with its exception.
+runs is named with its env's exception and where it was raised.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -405,9 +406,10 @@ def test_the_gpu_memory_check_asks_nvml_and_creates_no_cuda_context() -> None:
 
 @pytest.mark.slow
 def test_a_worker_failing_while_training_is_named_with_its_exception(world: Path) -> None:
-    """An env raising on its 31st step: the last line names the exception, says worker (not boot) failed.
+    """An env raising on its 31st step: the last line names the env, the exception and the line raising it.
 
-    The real async trainer, as a user runs it (a subprocess, its workers forked), at its smallest.
+    It says worker (not boot) failed, and where the traceback is; no traceback on the console. The real
+    async trainer, as a user runs it (a subprocess, its workers forked), at its smallest.
     """
     from shm_transport import list_segments
 
@@ -437,9 +439,11 @@ def test_a_worker_failing_while_training_is_named_with_its_exception(world: Path
             proc.kill()
     assert proc.returncode == 1, out + err
     last = err.splitlines()[-1]
-    named = (
-        "error: worker failed: collector0: raised RuntimeError: env exploded at step 31 (exited with code 1)"
+    named = (  # the env, its exception and the line that raised it, as the synchronous trainer says it
+        r"error: worker failed: collector0: _FailingEnv's step\(\) raised RuntimeError: env exploded at "
+        r"step 31 \(raised at testing\.py:\d+ in step\) \(exited with code 1\); traceback in \S+"
+        r"collector0_error\.log; its log is "
     )
-    assert last.startswith(named), last
+    assert re.match(named, last) and "Traceback" not in err, last
     assert "boot failed" not in out + err
     assert not [s for s in list_segments() if s.creator_pid == proc.pid], "the run left segments in /dev/shm"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,9 +13,9 @@ import torch
 from fastsac_async import AsyncConfigError, EvalSettings, Evaluator
 from fastsac_async.evaluator.loop import PublishedWeights
 from fastsac_async.run_layout import RunLayout
-from fastsac_async.testing import FakeEnvFactory
+from fastsac_async.testing import FailingEnvFactory, FakeEnvFactory
 from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp, weight_extras
-from fastsac_core import FastSACConfig, InferencePolicy, evaluate_policy, peek_checkpoint
+from fastsac_core import EnvCallError, FastSACConfig, InferencePolicy, evaluate_policy, peek_checkpoint
 from shm_transport import HostWeightReader, HostWeightWriter, WeightChannel
 
 CFG = FastSACConfig(actor_hidden_dim=16, critic_hidden_dim=16, num_atoms=11, compile=False, cudagraphs=False)
@@ -79,6 +80,23 @@ def test_a_stop_request_abandons_an_evaluation() -> None:
     ev = _evaluator(_policy(0.0), None, Clock(), episodes=2)
     assert ev.evaluate(gstep=1, should_stop=lambda: True) is None
     assert ev.best_return == -math.inf
+
+
+def test_an_evaluation_env_that_raises_is_one_line_naming_it_and_where() -> None:
+    """The env's own exception during an evaluation leaves as EnvCallError: the env, the error, file:line."""
+    ev = Evaluator(
+        settings=EvalSettings(interval=1, episodes=1), policy=_policy(0.0),
+        env_factory=FailingEnvFactory(fail_at_step=2), dims=DIMS, agent=CFG, best_path=None, clock=Clock(),
+    )  # fmt: skip
+    with pytest.raises(EnvCallError) as caught:
+        ev.evaluate(gstep=1)
+    line = str(caught.value)
+    said = (
+        r"_FailingEnv's step\(\) raised RuntimeError: env exploded at step 2 "
+        r"\(raised at testing\.py:\d+ in step\)"
+    )
+    assert re.fullmatch(said, line), line
+    assert isinstance(caught.value.__cause__, RuntimeError)
 
 
 def test_the_best_checkpoint_holds_the_weights_of_the_best_return_only(tmp_path: Path) -> None:

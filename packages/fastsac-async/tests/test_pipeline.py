@@ -26,7 +26,7 @@ from fastsac_async.learner.profiler import (
     profile_window,
 )
 from fastsac_async.stats import LearnerSnapshot
-from fastsac_async.testing import FakeBatchedEnv, random_collector
+from fastsac_async.testing import FailingEnvFactory, FakeBatchedEnv, random_collector
 from fastsac_async.transport import weight_extras
 from fastsac_core import (
     FastSACAgent,
@@ -526,4 +526,23 @@ def test_a_collector_refuses_a_nan_from_its_env_and_pushes_nothing_of_that_step(
     assert collector.step_once() and collector.step_once()
     with pytest.raises(EnvOutputError, match=r"_NanAt's step\(\) returned rewards holding nan \(env 1 of"):
         collector.step_once()
+    assert ring.size() == 2
+
+
+def test_a_collector_says_its_envs_own_exception_in_one_line_with_where_it_was_raised(rings: Rings) -> None:
+    """An env step that raises leaves as EnvCallError naming the env and its file:line; nothing is pushed."""
+    from fastsac_core import EnvCallError
+
+    ring = rings.make(2, 8)
+    collector = random_collector(FailingEnvFactory(fail_at_step=3)(2, seed=0), ring, CFG)
+    assert collector.step_once() and collector.step_once()
+    with pytest.raises(EnvCallError) as caught:
+        collector.step_once()
+    line = str(caught.value)
+    said = (
+        r"_FailingEnv's step\(\) raised RuntimeError: env exploded at step 3 "
+        r"\(raised at testing\.py:\d+ in step\)"
+    )
+    assert re.fullmatch(said, line), line
+    assert isinstance(caught.value.__cause__, RuntimeError), "the worker's traceback keeps the env's"
     assert ring.size() == 2

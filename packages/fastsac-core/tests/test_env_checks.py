@@ -1,13 +1,25 @@
-"""What a batched env returns is checked: shapes, boolean flags and finite values, one line naming the env."""
+"""What a batched env returns is checked, and what its own code raises is said: one line naming the env."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from fastsac_core import EnvDims, EnvOutputError, StepResult, check_reset, check_step, env_label
+from fastsac_core import (
+    EnvCall,
+    EnvCallError,
+    EnvDims,
+    EnvOutputError,
+    StepResult,
+    check_reset,
+    check_step,
+    env_fault,
+    env_label,
+    env_raised,
+)
 
 N, OBS, ACT = 3, 4, 2
 
@@ -113,3 +125,41 @@ def test_a_reset_with_a_nan_or_a_wrong_shape_is_refused() -> None:
         check_reset(env, bad, bad)  # type: ignore[arg-type]
     with pytest.raises(EnvOutputError, match=r"reset\(\) returned critic observations of shape \(3,\)"):
         check_reset(env, np.zeros((N, OBS), np.float32), np.zeros(N, np.float32))  # type: ignore[arg-type]
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def test_an_env_exception_is_one_line_naming_the_env_the_call_the_error_and_its_place() -> None:
+    """env_raised: label, call, type, message, file:line, function; a long message is cut, not the place."""
+    try:
+        _raise(ValueError("bad action\nsecond line"))
+    except ValueError as error:
+        line = env_raised(_Env(), "step", error)  # type: ignore[arg-type]
+    assert re.fullmatch(
+        r"Point-v0's step\(\) raised ValueError: bad action \(raised at test_env_checks\.py:\d+ in _raise\)",
+        line,
+    ), line
+    try:
+        _raise(RuntimeError("x" * 500))
+    except RuntimeError as error:
+        fault = env_fault(error)
+    assert len(fault) < 220 and "x…" in fault and fault.endswith("in _raise)"), fault
+    assert env_fault(KeyError()) == "KeyError", "no message, never raised: the type alone"
+
+
+def test_env_call_turns_the_envs_own_exception_into_one_line_and_lets_ours_pass() -> None:
+    """EnvCall raises EnvCallError from the env's exception; EnvOutputError and KeyboardInterrupt pass."""
+    call = EnvCall(_Env(None), "reset")  # type: ignore[arg-type]
+    with pytest.raises(EnvCallError) as caught, call:
+        _raise(OSError("no licence"))
+    assert str(caught.value).startswith(
+        "_Env's reset() raised OSError: no licence (raised at test_env_checks.py:"
+    )
+    assert isinstance(caught.value.__cause__, OSError)
+    for ours in (EnvOutputError("Point-v0's step() returned ..."), KeyboardInterrupt()):
+        with pytest.raises(type(ours)), call:
+            raise ours
+    with call:  # and nothing when nothing is raised (the same guard serves every call)
+        pass

@@ -49,6 +49,7 @@ from fastsac_core import (
     F32,
     BatchedEnv,
     CheckpointError,
+    EnvCallError,
     FastSACAgent,
     FastSACCoreError,
     ReplayBuffer,
@@ -56,7 +57,7 @@ from fastsac_core import (
     ResumableEnv,
     check_reset,
     check_step,
-    env_label,
+    env_raised,
     learning_started,
     load_checkpoint,
     load_replay,
@@ -70,7 +71,7 @@ from fastsac_trainer.config.exceptions import EnvError, TrainerAppError
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse, time_left
 from fastsac_trainer.sync_eval import InlineEvaluation
-from fastsac_trainer.tasks.exceptions import TaskError, env_fault
+from fastsac_trainer.tasks.exceptions import TaskError
 
 __all__ = ["SyncResult", "run_sync"]
 
@@ -175,8 +176,9 @@ def _start_envs(plan: RunPlan, agent: FastSACAgent, env: BatchedEnv, iteration: 
 def _env_call(env: BatchedEnv, call: str, layout: RunLayout) -> Iterator[None]:
     """An exception the env's own code raises in ``call`` becomes one line naming the env and the place.
 
-    The traceback goes to ``async_errors/trainer_error.log`` of the run (where a worker's would be), and
-    the run stops as a worker's failure stops an asynchronous one.
+    The line is ``fastsac_core.env_raised``'s, as an asynchronous collector says it. The traceback goes
+    to ``async_errors/trainer_error.log`` of the run (where a worker's would be), and the run stops as a
+    worker's failure stops an asynchronous one.
 
     Raises:
         EnvError: The env raised; the message names it, the error, where it was raised and the file.
@@ -186,12 +188,29 @@ def _env_call(env: BatchedEnv, call: str, layout: RunLayout) -> Iterator[None]:
     except (TrainerAppError, FastSACCoreError, TaskError):  # already one line
         raise
     except Exception as error:
-        path = layout.error_log("trainer")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(traceback.format_exception(error)), encoding="utf-8")
-        raise EnvError(
-            f"{env_label(env)}'s {call}() raised {env_fault(error)}; the run stopped (traceback: {path})"
-        ) from error
+        path = _write_traceback(layout, error)
+        raise EnvError(f"{env_raised(env, call, error)}; the run stopped (traceback: {path})") from error
+
+
+@contextlib.contextmanager
+def _evaluation_envs(layout: RunLayout) -> Iterator[None]:
+    """An evaluation env's own exception (``EnvCallError``: its line) stops the run as :func:`_env_call` does.
+
+    Raises:
+        EnvError: The evaluation's env raised; the message names it, the error, where, and the file.
+    """
+    try:
+        yield
+    except EnvCallError as error:
+        raise EnvError(f"{error}; the run stopped (traceback: {_write_traceback(layout, error)})") from error
+
+
+def _write_traceback(layout: RunLayout, error: BaseException) -> Path:
+    """Write ``error``'s traceback to the run's ``async_errors/trainer_error.log``; its path."""
+    path = layout.error_log("trainer")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(traceback.format_exception(error)), encoding="utf-8")
+    return path
 
 
 def _env_state(env: BatchedEnv) -> dict[str, object]:
@@ -349,7 +368,10 @@ def run_sync(
             for name, seconds in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 interval.stage_s[name] += seconds
             interval.iterations += 1
-            point = None if evaluation is None else evaluation.maybe_evaluate(iteration, agent, should_stop)
+            with _evaluation_envs(plan.run.layout):
+                point = (
+                    None if evaluation is None else evaluation.maybe_evaluate(iteration, agent, should_stop)
+                )
             if point is not None:
                 evals.add(point)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -44,10 +45,17 @@ class AsyncConfigError(AsyncEngineError, ValueError):
         )
 
 
+_TYPE_FIRST = re.compile(r"[^\W\d][\w.]*(: |$)")
+"""An exception line that starts with the exception's type (``ValueError: bad``), not with the env whose
+exception it says (``Pendulum-v1's step() raised ...``: Note [error log header] in
+:mod:`fastsac_async.worker_process`)."""
+
+
 class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the issue use)
     """A worker process exited unexpectedly; the run was stopped.
 
-    Its message is ``worker <worker> <reason>``.
+    Its message is ``worker <worker> <reason>`` (``worker <worker> failed: <reason>`` when the reason
+    starts with an env's exception: ``worker collector0 failed: Pendulum-v1's step() raised ...``).
 
     Attributes:
         worker: Name of the worker (``collector1``, ``learner0``).
@@ -56,8 +64,9 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
             exist when the worker was killed by a signal.
         log_path: Path of its log file (``logs/<worker>.log``).
         during_boot: Whether it failed before every worker was released (start-up), not while training.
-        error: The exception it raised, one line (``ValueError: bad action``); None when it wrote none
-            (killed by a signal).
+        error: The exception it raised, one line (``ValueError: bad action``, or an env's exception as
+            ``Pendulum-v1's step() raised ValueError: bad action (raised at myenv.py:49 in step)``); None
+            when it wrote none (killed by a signal).
         reason: What happened, without the worker's name: the exception, the exit status, when, and
             where the traceback and the log are.
     """
@@ -80,7 +89,8 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
         self.during_boot = during_boot
         self.error = error
         status = describe_exit(exitcode)
-        what = status if error is None else f"raised {error} ({status})"
+        env_line = error is not None and _TYPE_FIRST.match(error) is None  # an env's: "raised" is in it
+        what = status if error is None else f"{'' if env_line else 'raised '}{error} ({status})"
         self.reason = (
             what
             + (" during start-up" if during_boot else "")
@@ -93,7 +103,7 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
             )
             + f"; its log is {log_path}"
         )
-        super().__init__(f"worker {worker} {self.reason}")
+        super().__init__(f"worker {worker} {'failed: ' if env_line else ''}{self.reason}")
 
 
 class BootTimeoutError(AsyncEngineError):

@@ -19,12 +19,16 @@
 
 # Note [error log header]
 A worker's error log starts with one line, ``<worker> (pid <pid>) failed: <exception line>``, the
-exception line being :func:`exception_line` (``ValueError: bad action``), then the traceback. The
-parent reads that line back (:func:`recorded_exception`) once the worker has exited, to name the
-error on the console. The file, not a message on a queue, carries it: it is written synchronously
-before the worker unwinds (:func:`record_failure`), by every kind of worker, also when its
-teardown is cut short or its stats queue is full, and it is the file the console line points to, so
-the two cannot disagree. A worker killed by a signal writes none: the parent names the signal.
+exception line being :func:`exception_line` (``ValueError: bad action``), then the traceback. An
+exception of an env's own code is its one line instead (``fastsac_core.EnvCallError``: ``Pendulum-v1's
+step() raised ValueError: bad action (raised at myenv.py:49 in step)``): it names the env's exception
+itself and starts with the env, never with a type, which is how the parent tells the two apart
+(:class:`~fastsac_async.exceptions.WorkerFailed`). The parent reads that line back
+(:func:`recorded_exception`) once the worker has exited, to name the error on the console. The file,
+not a message on a queue, carries it: it is written synchronously before the worker unwinds
+(:func:`record_failure`), by every kind of worker, also when its teardown is cut short or its stats
+queue is full, and it is the file the console line points to, so the two cannot disagree. A worker
+killed by a signal writes none: the parent names the signal.
 
 # Note [worker signals]
 A terminal and a job manager signal every process of a job, not only the one they started: Ctrl+C
@@ -70,6 +74,7 @@ from fastsac_async.worker_start import (
     STOP_SIGNALS,
     worker_environment,
 )
+from fastsac_core import EnvCallError
 from numa_bind import bind_current_process
 from shm_transport import HandshakeAborted
 
@@ -218,7 +223,9 @@ _EXCEPTION_LINE_MAX = 300
 def exception_line(exc: BaseException) -> str:
     """The exception's type and the first line of its message, as a traceback ends: ``ValueError: bad``.
 
-    The type is qualified by its module unless it is a built-in; the line is cut at 300 characters.
+    The type is qualified by its module unless it is a built-in; the line is cut at 300 characters. An
+    env's exception (``fastsac_core.EnvCallError``) is its message alone: ``Pendulum-v1's step() raised
+    ValueError: bad (raised at myenv.py:49 in step)`` (Note [error log header]).
     """
     kind = type(exc)
     name = (
@@ -227,7 +234,10 @@ def exception_line(exc: BaseException) -> str:
         else f"{kind.__module__}.{kind.__qualname__}"
     )
     message = str(exc).strip().splitlines()
-    line = f"{name}: {message[0]}" if message else name
+    if isinstance(exc, EnvCallError) and message:
+        line = message[0]
+    else:
+        line = f"{name}: {message[0]}" if message else name
     return line if len(line) <= _EXCEPTION_LINE_MAX else line[: _EXCEPTION_LINE_MAX - 1] + "…"
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         save_policy_checkpoint,
     )
     from ._compile_cache import CompileCache, use_compile_cache
-    from ._env_checks import check_reset, check_step, env_label
+    from ._env_checks import EnvCall, check_reset, check_step, env_fault, env_label, env_raised
     from ._evaluate import EvalResult, evaluate_policy
     from ._execution import ExecutionPolicy
     from ._inference import InferencePolicy
@@ -50,11 +50,20 @@ if TYPE_CHECKING:
     from ._schema import policy_extra_fields, step_transition, transition_fields
     from .config import FastSACConfig, batch_choices, batch_per_env
     from .env import F32, BatchedEnv, EnvDims, EnvFactory, ResumableEnv, StepResult
-    from .exceptions import CheckpointError, ConfigError, EnvOutputError, FastSACCoreError, ReplayBufferError
+    from .exceptions import (
+        CheckpointError,
+        ConfigError,
+        EnvCallError,
+        EnvOutputError,
+        FastSACCoreError,
+        ReplayBufferError,
+    )
 
 __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
-    # Contracts: the batched env a trainer steps, the hyper-parameters and the batch's split over envs
+    # Contracts: the batched env a trainer steps (its output checked, its own exceptions said in one line),
+    # the hyper-parameters and the batch's split over envs
     "BatchedEnv",
+    "EnvCall",
     "EnvDims",
     "EnvFactory",
     "F32",
@@ -65,7 +74,9 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     "batch_per_env",
     "check_reset",
     "check_step",
+    "env_fault",
     "env_label",
+    "env_raised",
     # Training schedule: when learning starts and the updates each env batch owes (both trainers)
     "learning_started",
     "updates_due",
@@ -109,6 +120,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     # Errors
     "CheckpointError",
     "ConfigError",
+    "EnvCallError",
     "EnvOutputError",
     "FastSACCoreError",
     "ReplayBufferError",
@@ -125,7 +137,7 @@ _HOMES = {  # the module that defines each exported name
         "save_policy_checkpoint",
     ),
     "._compile_cache": ("CompileCache", "use_compile_cache"),
-    "._env_checks": ("check_reset", "check_step", "env_label"),
+    "._env_checks": ("EnvCall", "check_reset", "check_step", "env_fault", "env_label", "env_raised"),
     "._evaluate": ("EvalResult", "evaluate_policy"),
     "._execution": ("ExecutionPolicy",),
     "._inference": ("InferencePolicy",),
@@ -149,6 +161,7 @@ _HOMES = {  # the module that defines each exported name
     ".exceptions": (
         "CheckpointError",
         "ConfigError",
+        "EnvCallError",
         "EnvOutputError",
         "FastSACCoreError",
         "ReplayBufferError",

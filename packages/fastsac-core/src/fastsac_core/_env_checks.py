@@ -6,22 +6,92 @@ would otherwise fail far from its cause (a ring's layout error in transport term
 broadcast, train on wrong data without a word. Both trainers call these after every ``reset`` and
 ``step`` (a few microseconds against a step's milliseconds); the error names the env, the array, what
 was seen and what the protocol (``fastsac_core.env``) asks.
+
+An exception the env's own code raises is one line too, worded here once for every trainer
+(:func:`env_raised`): the env, the call, the exception and the user's file and line it was raised at,
+which a one-line error would otherwise lose with the traceback. :class:`EnvCall` raises it as an
+:class:`~fastsac_core.EnvCallError` around a collector's, an evaluation's and the probe's calls.
 """
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+from types import TracebackType
+
 import numpy as np
 
 from .env import BatchedEnv, StepResult
-from .exceptions import EnvOutputError
+from .exceptions import EnvCallError, EnvOutputError, FastSACCoreError
 
-__all__ = ["check_reset", "check_step", "env_label"]
+__all__ = ["EnvCall", "check_reset", "check_step", "env_fault", "env_label", "env_raised"]
+
+_MESSAGE_MAX = 160
+"""Longest first line of an env's exception that :func:`env_fault` keeps (the place after it is kept)."""
 
 
 def env_label(env: BatchedEnv) -> str:
     """The env as an error names it: its gymnasium id (``env_id``) where it has one, else its type."""
     env_id = getattr(env, "env_id", None)
     return env_id if isinstance(env_id, str) and env_id else type(env).__name__
+
+
+def env_fault(error: BaseException) -> str:
+    """An exception an env's own code raised, as one line: its type, its first line and where it was raised.
+
+    E.g. ``ValueError: bad action (raised at myenvs.py:49 in step)``: the user's file and line, which a
+    one-line error would otherwise lose with the traceback (an exception without a message is its type
+    alone). A first line over 160 characters is cut (the traceback keeps all of it), so the place always
+    stays on the line.
+    """
+    first = str(error).splitlines()[0] if str(error) else ""
+    if len(first) > _MESSAGE_MAX:
+        first = first[: _MESSAGE_MAX - 1] + "…"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = (
+        f" (raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})"
+        if frames
+        else ""
+    )
+    return f"{type(error).__name__}{': ' + first if first else ''}{where}"
+
+
+def env_raised(env: BatchedEnv, call: str, error: BaseException) -> str:
+    """``error``, raised by ``env``'s own ``call`` (``"step"``), as every trainer says it, in one line.
+
+    E.g. ``Pendulum-v1's step() raised ValueError: bad action (raised at myenv.py:49 in step)``.
+    """
+    return f"{env_label(env)}'s {call}() raised {env_fault(error)}"
+
+
+class EnvCall:
+    """``with EnvCall(env, "step"): env.step(actions)``: what the env's own code raises leaves as one line.
+
+    An exception of the env's code leaves as an :class:`~fastsac_core.EnvCallError` whose message is
+    :func:`env_raised`, raised ``from`` it; one of ours (a ``FastSACCoreError``, already one line)
+    and a ``BaseException`` that is no ``Exception`` (``KeyboardInterrupt``) pass as they are. Make one
+    per env and call and reuse it: entering it allocates nothing, so a collector steps through one.
+
+    Args:
+        env: The env whose code runs inside.
+        call: The call's name as the line says it (``"reset"``, ``"step"``).
+    """
+
+    __slots__ = ("_call", "_env")
+
+    def __init__(self, env: BatchedEnv, call: str) -> None:
+        self._env = env
+        self._call = call
+
+    def __enter__(self) -> None:
+        """Nothing to set up."""
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Raise the env's exception as an ``EnvCallError`` (see the class)."""
+        if isinstance(error, Exception) and not isinstance(error, FastSACCoreError):
+            raise EnvCallError(env_raised(self._env, self._call, error)) from error
 
 
 def _check_shape(env: BatchedEnv, call: str, name: str, value: object, shape: tuple[int, ...]) -> None:

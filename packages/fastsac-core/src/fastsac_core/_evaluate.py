@@ -4,7 +4,8 @@ A policy (an :class:`~fastsac_core.InferencePolicy` built with ``deterministic=T
 mean action) runs ``episodes`` episodes on envs of its own, made by the factory in batches of at most
 :data:`MAX_PARALLEL_ENVS`; batch ``k`` is built and reset with seed ``seed + (envs before it)``. Each
 env counts its first episode only (undiscounted return, length in steps), so the same policy, factory,
-episode count and seed always give the same returns.
+episode count and seed always give the same returns. An exception the env's own ``reset`` or ``step``
+raises leaves as one :class:`~fastsac_core.EnvCallError` line (the env, the exception, where).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._env_checks import EnvCall
 from ._inference import InferencePolicy
 from .env import EnvFactory
 
@@ -59,6 +61,9 @@ def evaluate_policy(
         episodes: Episodes to run (at least 1).
         seed: Seed of the first batch of envs (the next batch gets ``seed + its first env index``).
         should_stop: Polled every env step; True abandons the evaluation (returns None).
+
+    Raises:
+        EnvCallError: The env's own ``reset`` or ``step`` raised (it is the cause).
     """
     returns: list[float] = []
     lengths: list[int] = []
@@ -66,8 +71,10 @@ def evaluate_policy(
     while len(returns) < episodes:
         n = min(episodes - len(returns), MAX_PARALLEL_ENVS)
         env = factory(n, batch_seed)
+        stepping = EnvCall(env, "step")
         try:
-            obs, _ = env.reset(seed=batch_seed)
+            with EnvCall(env, "reset"):
+                obs, _ = env.reset(seed=batch_seed)
             running = np.zeros(n, dtype=np.float64)
             steps = np.zeros(n, dtype=np.int64)
             done = np.zeros(n, dtype=bool)
@@ -75,7 +82,8 @@ def evaluate_policy(
                 if should_stop():
                     return None
                 actions = policy(torch.from_numpy(obs)).cpu().numpy()
-                result = env.step(actions)
+                with stepping:
+                    result = env.step(actions)
                 live = ~done
                 running[live] += result.rewards[live]
                 steps[live] += 1

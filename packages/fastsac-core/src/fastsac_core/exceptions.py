@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "EnvCallError",
     "EnvOutputError",
     "FastSACCoreError",
     "ReplayBufferError",
@@ -57,3 +58,11 @@ class CheckpointError(FastSACCoreError):
 
 class EnvOutputError(FastSACCoreError, ValueError):
     """A batched env returned arrays that break its protocol: a shape, a flag's dtype, a NaN, an infinity."""
+
+
+class EnvCallError(FastSACCoreError):
+    """An env's own ``reset`` or ``step`` raised; raised ``from`` that exception (the traceback keeps it).
+
+    Its message is one line (:func:`~fastsac_core.env_raised`): ``Pendulum-v1's step() raised
+    ValueError: bad action (raised at myenv.py:49 in step)``.
+    """

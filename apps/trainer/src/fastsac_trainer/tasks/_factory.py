@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from fastsac_core import EnvDims, EnvFactory, EnvOutputError, check_reset, check_step
+from fastsac_core import EnvDims, EnvFactory, EnvOutputError, check_reset, check_step, env_fault
 from fastsac_trainer.tasks._mujoco_env import MujocoBatchedEnv
-from fastsac_trainer.tasks.exceptions import TaskError, env_fault
+from fastsac_trainer.tasks.exceptions import TaskError
 
 __all__ = ["MujocoEnvFactory", "import_env_module", "import_user_module", "probe_dims"]
 

@@ -41,7 +41,7 @@ import torch
 
 from fastsac_core import EnvDims, StepResult
 from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
-from fastsac_trainer.tasks.exceptions import TaskError, kwargs_fault
+from fastsac_trainer.tasks.exceptions import EnvSpaceError, TaskError, kwargs_fault
 
 __all__ = ["MujocoBatchedEnv", "check_spaces", "env_seeds"]
 
@@ -347,7 +347,7 @@ class MujocoBatchedEnv:
         """One env's observation once its shape is the space's (numpy would broadcast a (1,) into a row)."""
         shape = np.shape(obs)
         if shape != (self._dims.obs_dim,):
-            raise TaskError(
+            raise EnvSpaceError(
                 f"{self._env_id}'s {call}() returned an observation of shape {shape}; its observation "
                 f"space says ({self._dims.obs_dim},): return observations of the declared shape"
             )

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import re
-import traceback
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-__all__ = ["TaskError", "UnknownTaskError", "env_fault", "kwargs_fault"]
+from fastsac_core import EnvOutputError
+
+__all__ = ["EnvSpaceError", "TaskError", "UnknownTaskError", "kwargs_fault"]
 
 
 class TaskError(ValueError):
     """A task or environment setting is invalid."""
+
+
+class EnvSpaceError(TaskError, EnvOutputError):
+    """A gymnasium env returned what its space does not declare (an observation of another shape).
+
+    An ``EnvOutputError`` too: one line already, which a collector passes as it is rather than as an
+    exception of the env's own code (``fastsac_core.EnvCall``).
+    """
 
 
 class UnknownTaskError(TaskError, KeyError):
@@ -46,19 +54,3 @@ def kwargs_fault(maker: str, env_kwargs: Mapping[str, Any], error: BaseException
     return TaskError(
         f"task.env_kwargs={dict(env_kwargs)!r} is invalid: {what}; pass only keyword arguments it takes"
     )
-
-
-def env_fault(error: BaseException) -> str:
-    """An exception an env's own code raised, as one line: its type, its first line and where it was raised.
-
-    E.g. ``ValueError: bad action (raised at myenvs.py:49 in step)``: the user's file and line, which a
-    one-line error would otherwise lose with the traceback.
-    """
-    first = str(error).splitlines()[0] if str(error) else ""
-    frames = traceback.extract_tb(error.__traceback__)
-    where = (
-        f" (raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})"
-        if frames
-        else ""
-    )
-    return f"{type(error).__name__}: {first}{where}"

@@ -4,6 +4,11 @@ The process entry point (:func:`fastsac_async.collector.process.run_collector`) 
 around attached shared memory; unit tests build one around in-process rings and call
 :meth:`Collector.step_once`.
 
+An exception the env's own ``reset`` or ``step`` raises leaves as one line naming the env, the exception
+and where it was raised (``fastsac_core.EnvCallError``, the synchronous trainer's wording): the line the
+collector's error log starts with and the user reads (Note [error log header] in
+:mod:`fastsac_async.worker_process`).
+
 # Note [strict lead]
 In strict mode the learner owes ``num_updates`` per collected step, so a learner slower than its
 collectors holds them back: they wait for room in their rings. How far ahead they are when they wait
@@ -36,6 +41,7 @@ from fastsac_async.stats import COLLECTOR_STAGES, CollectorSnapshot, StageTimer
 from fastsac_async.transport import PUBLISHED_GSTEP, published_stamp
 from fastsac_core import (
     BatchedEnv,
+    EnvCall,
     InferencePolicy,
     check_reset,
     check_step,
@@ -130,7 +136,9 @@ class Collector:
         self.version = 0
         self.lag = 0
         self._shared_obs = env.dims.critic_obs_is_obs  # then the ring has no critic_obs field
-        obs, critic_obs = env.reset()
+        self._stepping = EnvCall(env, "step")  # what the env's code raises leaves as one line
+        with EnvCall(env, "reset"):
+            obs, critic_obs = env.reset()
         check_reset(env, obs, critic_obs)
         self._obs = torch.from_numpy(np.array(obs, dtype=np.float32))
         self._critic_obs = self._own_critic_obs(critic_obs)
@@ -200,14 +208,21 @@ class Collector:
         time.sleep(self.settings.idle_sleep_s)
 
     def step_once(self) -> bool:
-        """One env step and one pushed slot; False (nothing stepped) while there is no room."""
+        """One env step and one pushed slot; False (nothing stepped) while there is no room.
+
+        Raises:
+            fastsac_core.EnvCallError: The env's own ``step`` raised (one line: the env, the exception
+                and where it was raised; the exception is its cause).
+            fastsac_core.EnvOutputError: The step's arrays break the env protocol.
+        """
         if self._no_room():
             with self.timer.time("wait"):
                 self._wait_for_room()
             return False
         actions = self._actions()
         with self.timer.time("env_step"):
-            result = self.env.step(actions)
+            with self._stepping:
+                result = self.env.step(actions)
             check_step(self.env, result)
         with self.timer.time("push"):
             pushed = self.ring.push(
