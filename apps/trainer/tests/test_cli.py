@@ -36,7 +36,7 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.slow
 def test_sync_run_then_resume_continues_the_iteration_counter(tmp_path: Path) -> None:
-    """A tiny sync run writes the run folder; resume=<folder> continues from its last checkpoint."""
+    """A tiny sync run writes its run folder; resume=<folder> continues it; trainer.log has both launches."""
     first = _ok(
         _run(
             [
@@ -87,6 +87,13 @@ def test_sync_run_then_resume_continues_the_iteration_counter(tmp_path: Path) ->
     steps = [e.step for e in events.Scalars("perf/env_steps_per_s")]
     assert steps == [2 * 2, 4 * 2, 6 * 2], "x axis: env steps (2 envs), no point doubled back"
     assert [e.value for e in events.Scalars("progress/iteration")] == [2, 4, 6]
+    # The log holds what each launch printed before the log was open: placement, run folder, resume line.
+    log = RunLayout(run_dir).parent_log.read_text()
+    first_launch, resumed = log.split(f"launch: trainer resume={run_dir} ")
+    for launch in (first_launch, resumed):
+        placement = launch.index("synchronous trainer: one process, 2 envs, device cpu\nrun folder: ")
+        assert placement < launch.index("[pendulum/fastsac] it "), launch
+    assert f"resuming from {RunLayout(run_dir).checkpoint(4)} (iteration 4); replay buffer of 8 " in resumed
 
 
 @pytest.mark.slow
@@ -132,6 +139,10 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     for milestone in ("workers running", "first update"):
         assert re.search(rf"start-up: {milestone} \d+\.\d s after launch", out), milestone
         assert f"start-up: {milestone} " in parent_log
+    # It also holds the placement printed before it was open, and every boot line.
+    assert "collector  envs  owner" in parent_log and "run folder: runs/a" in parent_log
+    assert "boot: learner0 booting (0/4 ready)" in parent_log
+    assert "boot: collector1 running (4/4 ready)" in parent_log
 
 
 def test_help_lists_tasks_and_options() -> None:

@@ -8,16 +8,16 @@ itself with the console, the parent's log and the metric loggers (``logger=``) a
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastsac_trainer.outcome import EXIT_FAILED, final_line, summary
 
 if TYPE_CHECKING:
+    from fastsac_trainer.parent_log import ParentLog
     from fastsac_trainer.training import RunOutcome
 
 __all__ = ["check_resumable", "open_run_dir", "resume_line", "run_with_console", "select_trainer"]
@@ -235,6 +235,7 @@ def run_with_console(
     plan: Any,
     console_mode: str,
     trainer_fn: Callable[..., object],
+    log: ParentLog,
     resumed_at: int | None = None,
     outcome: RunOutcome | None = None,
 ) -> int:
@@ -244,6 +245,8 @@ def run_with_console(
         plan: The run (``fastsac_trainer.plan.RunPlan``).
         console_mode: ``auto``, ``rich`` or ``plain``.
         trainer_fn: What :func:`select_trainer` returned.
+        log: The launch's ``logs/trainer.log``, open in the run folder (Note [the parent's log tells
+            the whole story]): it gets every console line and boot line too.
         resumed_at: Iteration of the checkpoint resumed (the loggers hide later points), or None.
         outcome: The Python API's record of the run (one more reporter, told how the run ended), or None.
     """
@@ -251,35 +254,27 @@ def run_with_console(
     from fastsac_trainer.console import open_console
 
     title = f"{plan.task_name}/fastsac"
-    with _parent_log(plan.run.run_dir, title) as logged:
-        # Before anything compiles or is spawned: the workers inherit it (Note [compile cache]).
-        use_compile_cache()
-        console = open_console(console_mode, title=title)
-        return _run_logged(plan, console, logged, trainer_fn, resumed_at, outcome)
+    logged = log.console(title)
+    # Before anything compiles or is spawned: the workers inherit it (Note [compile cache]).
+    use_compile_cache()
+    console = open_console(console_mode, title=title)
+    return _run_logged(plan, console, logged, trainer_fn, resumed_at, outcome)
 
 
-@contextlib.contextmanager
-def _parent_log(run_dir: Path, title: str) -> Iterator[Any]:
-    """Open ``logs/trainer.log`` for every parent log record (INFO and up) and every console line.
+class _BootLogged:
+    """The console's boot view that also writes each worker's state change into the parent's log."""
 
-    Yields the ``PlainConsole`` writing console lines there: the log keeps all of it, even once
-    stdout is gone.
-    """
-    from fastsac_async import RunLayout
-    from fastsac_trainer.console import PlainConsole
+    def __init__(self, console: Any, logged: Any) -> None:
+        self._console, self._logged = console, logged
 
-    root = logging.getLogger()
-    previous_level = root.level
-    with RunLayout(run_dir).parent_log.open("a", encoding="utf-8", buffering=1) as log_file:
-        handler = logging.StreamHandler(log_file)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
-        try:
-            yield PlainConsole(log_file, title, min_interval_s=0.0)
-        finally:
-            root.removeHandler(handler)
-            root.setLevel(previous_level)
+    def worker_state(self, name: str, state: str) -> None:
+        """Show the state and write its ``boot: ...`` line into the log."""
+        self._console.worker_state(name, state)
+        self._logged.worker_state(name, state)
+
+    def failed(self, name: str, reason: str, log_path: Path | None, *, during_boot: bool = True) -> None:
+        """Tell the console, which says it once as the run's last line (the log gets that line too)."""
+        self._console.failed(name, reason, log_path, during_boot=during_boot)
 
 
 def _run_logged(
@@ -333,7 +328,7 @@ def _run_logged(
                 plan,
                 FanOut([console, logged, loggers, *([outcome] if outcome is not None else [])]),
                 should_stop=stop,
-                boot_view=console,
+                boot_view=_BootLogged(console, logged),
                 should_abort=lambda: stop.aborted,
                 force_abort=lambda: stop.forced,
             )

@@ -14,6 +14,7 @@ API calls :func:`train_run`; nothing here imports either of them.
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from fastsac_trainer.tensorboard import eval_scalars
 if TYPE_CHECKING:
     from fastsac_async import PrestartedWorkers
     from fastsac_trainer.cluster import Cluster
+    from fastsac_trainer.parent_log import ParentLog
 
 __all__ = ["RunOutcome", "start_workers_first", "train_run", "train_seeds"]
 
@@ -139,6 +141,20 @@ def start_workers_first() -> PrestartedWorkers:
 def _prepared_run(
     overrides: list[str], outcome: RunOutcome | None, cluster: Cluster | None, server: PrestartedWorkers
 ) -> int:
+    from fastsac_trainer.parent_log import ParentLog
+
+    with ParentLog() as log:  # from here on (Note [the parent's log tells the whole story])
+        logging.getLogger("trainer").info("launch: trainer %s", " ".join(overrides))
+        return _launch(overrides, outcome, cluster, server, log)
+
+
+def _launch(
+    overrides: list[str],
+    outcome: RunOutcome | None,
+    cluster: Cluster | None,
+    server: PrestartedWorkers,
+    log: ParentLog,
+) -> int:
     import functools
 
     from omegaconf import OmegaConf
@@ -196,22 +212,21 @@ def _prepared_run(
         make = functools.partial(open_run_dir, run, resume_from, previous_run, config_yaml)
         run_dir = cluster.run_folder(make, config_yaml, resuming=resume_from is not None)
     try:  # the run folder is this process's until the run ends (Note [run folder lock])
+        log.open(run_dir)
         RunLayout(run_dir).overrides.write_text("".join(f"{o}\n" for o in settings), encoding="utf-8")
         plan = run.plan(run_dir, resume_from, topology, None if cluster is None else cluster.group)
         if cluster is not None:
             cluster.start_watch()
             trainer_fn = cluster.guard(trainer_fn)
-        out = sys.stdout
         for note in run.notes:
-            out.write(f"{note}\n")
-        out.write(f"{placement}\n")
+            log.say(note)
+        log.say(placement)
         if rendering is not None:
-            out.write(f"{rendering}\n")
-        out.write(f"run folder: {run_dir}\n")
+            log.say(rendering)
+        log.say(f"run folder: {run_dir}")
         if resume_from is not None and resumed_at is not None:
-            out.write(f"{resume_line(plan, resumed_at, one_launch_settings(overrides))}\n")
-        out.flush()
+            log.say(resume_line(plan, resumed_at, one_launch_settings(overrides)))
         server.hand_over()
-        return run_with_console(plan, cfg["console"], trainer_fn, resumed_at, outcome)
+        return run_with_console(plan, cfg["console"], trainer_fn, log, resumed_at, outcome)
     finally:
         release_run_dir(run_dir)
