@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -26,6 +28,8 @@ from fastsac_trainer.run_dir import (
     resolve_resume,
 )
 from fastsac_trainer.testing import TINY_PENDULUM
+
+APP_DIR = Path(__file__).resolve().parents[1]
 
 
 def test_create_run_dir_makes_the_layout_and_saves_the_config(tmp_path: Path) -> None:
@@ -277,3 +281,59 @@ def test_a_folder_whose_run_stopped_before_its_first_checkpoint_says_so(tmp_path
     RunLayout(run_dir).replay(0).write_bytes(b"x")
     with pytest.raises(TrainerAppError, match=r"stopped before its first checkpoint \(nothing to resume\)"):
         create_run_dir(tmp_path, "r", "a: 1\n")
+
+
+def test_a_resume_into_a_folder_no_one_can_write_names_it_and_writes_nothing(tmp_path: Path) -> None:
+    """Each folder is tried for real: a logs/ where not even root can create a file is named; none written."""
+    unwritable = Path("/sys/kernel")
+    if not unwritable.is_dir():
+        pytest.skip("no sysfs here: it is the folder no one can write into, root included")
+    run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
+    release_run_dir(run_dir)
+    logs = RunLayout(run_dir).logs
+    logs.rmdir()
+    logs.symlink_to(unwritable)
+    with pytest.raises(TrainerAppError) as refused:
+        create_run_dir(tmp_path, "r", "a: 2\n", resuming=True)
+    assert str(refused.value) == (
+        f"resume='{run_dir}' is invalid: the run folder must be writable and {logs} is not (Permission "
+        f"denied); make it writable (chmod -R u+w {run_dir}), or resume into a new folder with "
+        "run_name=NAME (runs_root=DIR)"
+    )
+    assert RunLayout(run_dir).config.read_text() == "a: 1\n", "nothing written"
+
+
+def _as_a_user() -> list[str]:
+    """A command prefix under which permission bits bind a child as they bind a user (root's bypass gone)."""
+    if os.geteuid() != 0:
+        return []
+    drop = "-dac_override,-dac_read_search"
+    prefix = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}"]
+    if shutil.which("setpriv") is None or subprocess.run([*prefix, "true"], check=False).returncode:
+        pytest.skip("running as root, which ignores permission bits, and setpriv cannot drop that here")
+    return prefix
+
+
+@pytest.mark.slow
+def test_a_resume_of_a_read_only_run_folder_is_one_line_before_any_work(tmp_path: Path) -> None:
+    """A resume of a run folder made read-only (chmod) exits 2 in one line naming it, before any work."""
+    budget = "algo.trainer.num_learning_iterations"
+    first = train("pendulum", overrides=[*_RUN, f"runs_root={tmp_path}", f"{budget}=2"])
+    run_dir = first.run_dir
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "run.lock"}
+    run_dir.chmod(0o555)  # config.yaml, overrides.txt, run.lock and logs/ stay writable: only new files fail
+    try:
+        result = subprocess.run(
+            [*_as_a_user(), sys.executable, str(APP_DIR), f"resume={run_dir}", f"{budget}=4"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        run_dir.chmod(0o755)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [  # before: TensorBoard's traceback, once the run had started
+        f"error: resume='{run_dir}' is invalid: the run folder must be writable and {run_dir} is not "
+        f"(Permission denied); make it writable (chmod -R u+w {run_dir}), or resume into a new folder "
+        "with run_name=NAME (runs_root=DIR)"
+    ]
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "run.lock"}
+    assert after == before, "nothing written, no TensorBoard file begun"

@@ -200,9 +200,11 @@ def _writing(runs_root: Path, run_dir: Path, *, resuming: bool = False) -> Itera
     except OSError as error:
         reason = error.strerror or type(error).__name__
         if resuming:
+            what = "it" if error.filename is None else str(error.filename)
             raise TrainerAppError(
-                f"resume={str(run_dir)!r} is invalid: the run folder cannot be written ({reason}); make it "
-                "writable, or resume into a new folder with run_name=NAME (runs_root=DIR)"
+                f"resume={str(run_dir)!r} is invalid: the run folder must be writable and {what} is not "
+                f"({reason}); make it writable (chmod -R u+w {run_dir}), or resume into a new folder with "
+                "run_name=NAME (runs_root=DIR)"
             ) from None
         blocking = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
         if blocking is not None and not blocking.is_dir():
@@ -218,8 +220,38 @@ def _writing(runs_root: Path, run_dir: Path, *, resuming: bool = False) -> Itera
 
 
 def _make_layout(run_dir: Path) -> None:
+    """Create ``run_dir``'s sub-folders, then check that a run can write everything it will (no work lost)."""
     for folder in RunLayout(run_dir).folders:
         folder.mkdir(parents=True, exist_ok=True)
+    _check_writable(run_dir)
+
+
+def _check_writable(run_dir: Path) -> None:
+    """Raise the ``OSError`` of the first place in ``run_dir`` a run would write and cannot, if any.
+
+    A run creates files in the run folder and in each of its sub-folders (TensorBoard's event files,
+    the logs, an error log, a checkpoint by its rename) and appends to or rewrites the files already
+    in them (``config.yaml``, ``overrides.txt``, the logs); a checkpoint or replay file is only ever
+    replaced by a rename, so the files of ``checkpoints/`` need not be writable themselves. Each is
+    tried as the run does it (a nameless temporary file, an open for appending that writes nothing):
+    permission bits say nothing to root, nor of a read-only mount. Checked when the run folder is
+    taken, so that a folder a run cannot write is refused before any work starts, never after it.
+    """
+    import tempfile
+
+    layout = RunLayout(run_dir)
+    for folder in (layout.root, *layout.folders, layout.videos):
+        if not folder.is_dir():
+            continue  # made when first needed (videos/), in a folder checked here
+        try:
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as error:  # named by the folder, not by the temporary file's random name
+            raise OSError(error.errno, error.strerror, str(folder)) from None
+        if folder == layout.checkpoints:
+            continue
+        for path in folder.iterdir():
+            if path.is_file():
+                os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
 
 
 def _claim(run_dir: Path, config_yaml: str) -> bool:
