@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,78 @@ def test_missing_corrupt_and_incompatible_checkpoints(tmp_path: Path) -> None:
     more_envs = make_agent(TINY_DIMS, tiny_config(), "cpu", num_envs=8)
     with pytest.raises(CheckpointError, match="num_envs=4"):
         load_checkpoint(tmp_path / "good.pt", more_envs)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full, whose every write is ENOSPC")
+@pytest.mark.parametrize("torch_opens_it", [False, True], ids=["OSError", "torch-unexpected-pos"])
+def test_a_write_out_of_space_is_one_line_naming_the_file_the_space_and_the_fix(
+    tmp_path: Path, torch_opens_it: bool
+) -> None:
+    """ENOSPC, as Python's OSError or torch's bare 'unexpected pos', is one CheckpointError line; no other."""
+    from fastsac_core._checkpoint import _space_checked
+
+    path = tmp_path / "model_0000006.pt"
+    payload = {"weights": torch.zeros(100_000)}
+    with pytest.raises(CheckpointError) as info, _space_checked(path):
+        if torch_opens_it:
+            torch.save(payload, "/dev/full")  # RuntimeError: [enforce fail at ...] unexpected pos
+        else:
+            with open("/dev/full", "wb") as full:
+                torch.save(payload, full)
+    line = str(info.value)
+    assert "\n" not in line
+    assert line.startswith(f"'{path}' could not be written: its filesystem is out of space ("), line
+    assert re.search(r"out of space \([\d,.]+ [MG]B free of [\d,.]+ [MG]B\);", line), line
+    assert line.endswith(
+        "; the files already there are intact; free space there, or put the run folder on another "
+        "filesystem (the trainer's runs_root=DIR)"
+    ), line
+    with pytest.raises(PermissionError), _space_checked(path):
+        raise PermissionError(13, "Permission denied", str(path))  # not a full disk: left as it is
+
+
+_FULL_DISK = """
+import os, sys
+from pathlib import Path
+import torch
+from fastsac_core import CheckpointError, peek_checkpoint, save_checkpoint, save_replay
+from fastsac_core.testing import TINY_DIMS, make_agent, tiny_config
+
+folder = Path(sys.argv[1])
+agent = make_agent(TINY_DIMS, tiny_config(), "cpu", num_envs=4)
+good = save_checkpoint(folder / "model.pt", agent, extra={"iteration": 4})
+kept = good.read_bytes()
+for write in (
+    lambda: save_checkpoint(good, agent, extra={"iteration": 6, "pad": torch.zeros(1_000_000)}),
+    lambda: save_replay(folder / "replay_rank0.pt", {"pad": torch.zeros(1_000_000)}, gstep=6),
+):
+    try:
+        write()
+    except CheckpointError as error:
+        print(error)
+assert good.read_bytes() == kept and peek_checkpoint(good)["extra"] == {"iteration": 4}
+print(sorted(os.listdir(folder)))
+"""
+
+
+def test_a_checkpoint_written_onto_a_full_filesystem_keeps_the_previous_one(tmp_path: Path) -> None:
+    """On a real 1 MB filesystem a 4 MB checkpoint fails in one line; the previous one alone stays."""
+    import shutil
+    import subprocess
+    import sys
+
+    mount = ["unshare", "--user", "--map-root-user", "--mount"]  # a private mount namespace of its own
+    if shutil.which("unshare") is None or subprocess.run([*mount, "true"], check=False).returncode:
+        pytest.skip("no user and mount namespaces here for a small tmpfs of the test's own")
+    script = 'mount -t tmpfs -o size=1m tmpfs "$1" && exec "$2" -c "$3" "$1"'
+    result = subprocess.run(
+        [*mount, "sh", "-c", script, "sh", str(tmp_path), sys.executable, _FULL_DISK],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    checkpoint_line, replay_line, listing = result.stdout.splitlines()
+    assert checkpoint_line.startswith(f"'{tmp_path}/model.pt' could not be written: its filesystem is out of")
+    assert " MB free of 1.0 MB); the previous one is intact; free space there" in checkpoint_line
+    assert replay_line.startswith(f"'{tmp_path}/replay_rank0.pt' could not be written: its filesystem is")
+    assert "); the files already there are intact; free space there" in replay_line
+    assert listing == "['model.pt']", "no temporary file left behind"

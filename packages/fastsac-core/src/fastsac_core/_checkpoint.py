@@ -4,7 +4,10 @@ A checkpoint is one ``torch.save`` file holding: format tag, dims and config (as
 agent's state (networks, targets, optimizers, log_alpha, GradScaler, normalizers, counters, optionally
 the replay data), the RNG states of torch (CPU and every CUDA device), numpy and python, and the
 caller's ``extra`` dict. It is written to a temporary file in the same folder, fsynced, then renamed
-over the destination, so a crash leaves either the old file or the new one, never a torn one.
+over the destination, so a crash leaves either the old file or the new one, never a torn one. A write
+that runs out of space is one :class:`CheckpointError` line naming the file, the space left on its
+filesystem and the fix, the old file untouched (``_space_checked``): every checkpoint, policy
+checkpoint and replay file is written here.
 
 A *policy checkpoint* (:func:`save_policy_checkpoint`, ``kind: "policy"``) holds only what acting
 needs: the actor and the observation normalizer of an :class:`InferencePolicy` (the best checkpoint
@@ -14,10 +17,14 @@ training checkpoint can be resumed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import os
 import random
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,18 +146,23 @@ def save_policy_checkpoint(
 
 
 def _write_atomically(path: Path, payload: dict[str, Any]) -> Path:
-    """``torch.save`` into a temporary file beside ``path``, fsync, rename over it, fsync the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    """``torch.save`` into a temporary file beside ``path``, fsync, rename over it, fsync the folder.
+
+    Raises:
+        CheckpointError: The filesystem ran out of space (:func:`_out_of_space`); ``path`` is as it was.
+    """
+    with _space_checked(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)  # before the free space is measured
+            raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # make the rename itself durable
@@ -260,6 +272,46 @@ def load_checkpoint(
         _set_rng_state(payload["rng"])
     extra: dict[str, Any] = payload["extra"]
     return extra
+
+
+_NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_TORCH_WRITE_FAILED = ("unexpected pos", "file write failed")
+"""What torch's zip writer says when a write into its file came up short (it drops the errno)."""
+
+
+def _out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` of a write is the filesystem (or the user's quota) running out of space."""
+    if isinstance(error, OSError):
+        return error.errno in _NO_SPACE_ERRNOS
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in _TORCH_WRITE_FAILED)
+
+
+@contextlib.contextmanager
+def _space_checked(path: Path) -> Iterator[None]:
+    """A write of ``path`` inside that runs out of space becomes one line: the file, the space left, the fix.
+
+    Raises:
+        CheckpointError: From the ``OSError`` (``ENOSPC``, ``EDQUOT``) or torch's ``RuntimeError``.
+    """
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        if not _out_of_space(error):
+            raise
+        try:
+            usage = shutil.disk_usage(path.parent)
+            space = f"{_size(usage.free)} free of {_size(usage.total)}"
+        except OSError:
+            space = "free space unknown"
+        kept = "the previous one is intact" if path.exists() else "the files already there are intact"
+        raise CheckpointError(
+            f"{str(path)!r} could not be written: its filesystem is out of space ({space}); {kept}; "
+            "free space there, or put the run folder on another filesystem (the trainer's runs_root=DIR)"
+        ) from error
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e9:,.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:,.1f} MB"
 
 
 def discard_partial_checkpoints(folder: str | os.PathLike[str]) -> list[Path]:

@@ -11,7 +11,9 @@
 # Written atomically, as a checkpoint is (``_checkpoint._write_atomically``): into a hidden temporary
 # file beside it, fsynced, renamed over the old one. A process killed during a write leaves the
 # previous complete file and a ``.<name>.<random>.tmp`` that nothing reads (``discard_partial_checkpoints``
-# removes it); the next resume uses the previous file, and its step says how old it is.
+# removes it); the next resume uses the previous file, and its step says how old it is. A write that
+# runs out of space removes its temporary file, keeps the previous one and logs one line (the space
+# left, the fix); the run goes on.
 #
 # Writing never stalls the caller for the write itself: ``ReplaySaver`` takes the snapshot (a copy,
 # the only part the caller waits for) and hands it to one writer thread, which saves while training
@@ -279,6 +281,9 @@ class ReplaySaver:
         try:
             with _holding(bound_s):
                 info = save_replay(path, snapshot, gstep=gstep, extra=extra)
+        except CheckpointError as error:  # out of space: one line already
+            _log.error("replay buffer not saved: %s; the run goes on, the next write tries again", error)
+            return None
         except Exception:
             # The run goes on: the previous file (if any) stays complete; the next write tries again.
             _log.exception("replay buffer write to %s failed; the previous replay file is kept", path)
