@@ -1,6 +1,6 @@
 """Lets ``uv run apps/trainer ...`` (and ``python apps/trainer``) start the trainer CLI."""
 
-from fastsac_trainer.cli import main
+from fastsac_trainer.cli import command
 
 if __name__ == "__main__":
-    main()
+    command()

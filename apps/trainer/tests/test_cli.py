@@ -131,7 +131,9 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     assert progress[-1].startswith("[pendulum/fastsac] it 6 ")
     assert len(progress) == len(set(progress)), f"each progress line prints once: {progress}"
     last = max(RunLayout(run_dir).checkpoints.glob("model_*.pt"))
-    assert peek_checkpoint(last)["extra"]["iteration"] >= 6
+    extra = peek_checkpoint(last)["extra"]
+    assert extra["iteration"] >= 6
+    assert extra["env_steps"] == extra["iteration"] * 2, "the learner records its iteration's env steps"
     assert not list(RunLayout(run_dir).errors.iterdir())
     assert {p.name for p in RunLayout(run_dir).logs.iterdir()} >= {"collector0.log", "collector1.log"}
     # The run measures its own start-up, on the console and in its log.

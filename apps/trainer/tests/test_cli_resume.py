@@ -106,3 +106,55 @@ def test_a_resume_whose_replay_does_not_fit_is_refused_before_anything_is_writte
     replay.write_bytes(b"torn")  # unreadable: nothing to keep, so no refusal, an empty start
     _train([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6"])
     assert RunLayout(run_dir).checkpoint(6).is_file()
+
+
+@pytest.mark.slow
+def test_a_resume_whose_iterations_would_hold_other_env_steps_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Twice the envs over twice the learners (the envs per learner kept): refused, nothing written.
+
+    The checkpoint records its env steps; TensorBoard's x axis would have jumped from 8 to 12 at the
+    resume's first snapshot (iterations times the new env count).
+    """
+    run_dir = tmp_path / "runs" / "r"
+    args = [*SYNC_TINY, "algo.trainer.num_learning_iterations=4", f"runs_root={run_dir.parent}", "run_name=r"]
+    _train(args)
+    checkpoint = RunLayout(run_dir).checkpoint(4)
+    assert peek_checkpoint(checkpoint)["extra"]["env_steps"] == 8
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    options = "algo.trainer.async_options"
+    with pytest.raises(SystemExit) as info:
+        main([f"resume={run_dir}", "algo.trainer.num_learning_iterations=6", "algo.trainer.asynchronous=true",
+              "algo.trainer.device=cpu", "task.num_envs=4", f"{options}.num_learners=2",
+              f"{options}.num_collectors=2", f"{options}.learner_devices=[cpu,cpu]"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err == (
+        f"error: task.num_envs=4 gives 4 env steps per iteration, but {checkpoint} recorded 8 env steps at "
+        "iteration 4 (2 per iteration): a run's env-step axis, budget and cadences count iterations of one "
+        "size; resume with task.num_envs=2, or start a new run (run_name=...) for another env count\n"
+    )
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before, "nothing written"
+
+
+def test_the_env_steps_of_an_iteration_count_every_host(tmp_path: Path) -> None:
+    """A checkpoint of 2 hosts x 2 envs resumes on 2 hosts of 2 envs, not 1; one without env steps always."""
+    from fastsac_async import HostGroup
+    from fastsac_core import save_checkpoint
+    from fastsac_core.testing import make_agent
+    from fastsac_trainer.arguments import composed
+    from fastsac_trainer.config.exceptions import TrainerAppError
+    from fastsac_trainer.launch import check_resumable
+
+    run = composed([*SYNC_TINY, "algo.agent.buffer_size=16"]).run
+    agent = make_agent(run.dims, run.agent, "cpu", num_envs=2)
+    two_hosts = HostGroup(host_rank=1, num_hosts=2, store_host="node0", store_port=29400, store_prefix="r")
+    recorded = save_checkpoint(tmp_path / "a.pt", agent, extra={"iteration": 5, "env_steps": 5 * 2 * 2})
+    assert check_resumable(recorded, run, two_hosts) == 5
+    with pytest.raises(TrainerAppError, match=r"^task.num_envs=2 gives 2 env steps per iteration, but .* "
+                       r"recorded 20 env steps at iteration 5 \(4 per iteration\): .*; resume with "
+                       r"task.num_envs=4, or start"):  # fmt: skip
+        check_resumable(recorded, run)
+    older = save_checkpoint(tmp_path / "b.pt", agent, extra={"iteration": 5})
+    assert check_resumable(older, run) == 5 and check_resumable(older, run, two_hosts) == 5

@@ -317,3 +317,37 @@ def test_a_second_sigterm_or_the_grace_period_during_the_final_checkpoint_stops_
     run_dir = tmp_path / "runs" / "r"
     _assert_nothing_left(run_dir, err)
     assert "stopped at once" in RunLayout(run_dir).parent_log.read_text()
+
+
+_SIGTERM_AT_EXIT = """
+import atexit, os, signal, sys, time
+sys.argv = ["trainer", "--version"]
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(30)))  # as the process exits
+{call}
+"""
+
+
+_CONSOLE_SCRIPT = """
+from importlib.metadata import entry_points
+entry_points(group="console_scripts")["trainer"].load()()
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (_CONSOLE_SCRIPT, 0),
+        (f"import runpy\nrunpy.run_path({str(APP_DIR)!r}, run_name='__main__')", 0),
+        ("import runpy\nrunpy.run_module('fastsac_trainer', run_name='__main__')", 0),
+        ("from fastsac_trainer.cli import main\nmain()", -signal.SIGTERM),
+    ],
+    ids=["console script", "apps/trainer", "python -m fastsac_trainer", "main() from a script"],
+)
+def test_only_the_command_itself_ends_on_a_signal_after_its_outcome(call: str, code: int) -> None:
+    """A SIGTERM at exit ends the command's entry points with its code (0); a script's main() call is not."""
+    script = _SIGTERM_AT_EXIT.format(call=call)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.startswith("trainer (fastsac-trainer) "), done.stdout + done.stderr
+    assert (done.returncode, done.stderr) == (code, ""), done.stderr

@@ -126,20 +126,26 @@ def test_a_host_that_failed_to_start_stops_every_host() -> None:
         check_agreement([_record(0), failed])
 
 
-@pytest.fixture
-def store_group() -> HostGroup:
+def _serve() -> tuple[dist.TCPStore, HostGroup]:
     server = dist.TCPStore(
         "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5)
     )
     group = HostGroup(host_rank=0, num_hosts=2, store_host="127.0.0.1", store_port=server.port,
                       store_prefix="test/")  # fmt: skip
+    return server, group
+
+
+@pytest.fixture
+def store_group() -> HostGroup:
+    server, group = _serve()
     yield group  # type: ignore[misc]
     del server
 
 
-def _watch(group: HostGroup, host: int) -> HostWatch:
-    return HostWatch(lambda: open_store(group, 5.0), host=host, num_hosts=2, store="here",
-                     interval_s=0.1, lost_after_s=1.0)  # fmt: skip
+def _watch(group: HostGroup, host: int, lost_after_s: float = 1.0) -> HostWatch:
+    return HostWatch(lambda: open_store(group, 5.0), host=host, num_hosts=2,
+                     store=(group.store_host, group.store_port), interval_s=0.1,
+                     lost_after_s=lost_after_s)  # fmt: skip
 
 
 def test_a_host_whose_heartbeat_stops_is_named_within_the_bound(store_group: HostGroup) -> None:
@@ -181,3 +187,45 @@ def test_the_host_that_failed_first_is_named_with_its_line(store_group: HostGrou
         host0.close()
         host1.close()
     assert lost == "host 1 failed: learner0 raised"
+
+
+@pytest.mark.parametrize("learners_first", [True, False], ids=["learners-saw-it-first", "watch-alone"])
+def test_a_store_that_refuses_connections_is_host_0_lost_at_once_and_quietly(
+    capfd: pytest.CaptureFixture[str], learners_first: bool
+) -> None:
+    """Host 0's store gone: host 1 names host 0 within a beat or two, not lost_after_s, and quietly.
+
+    With a failure said first (the learners' collective broke), no store call is made at all.
+    """
+    server, group = _serve()
+    watch = _watch(group, 1, lost_after_s=30.0)
+    watch.start()
+    try:
+        time.sleep(0.3)
+        del server
+        started = time.monotonic()
+        if learners_first:
+            watch.failed("learner0: connection closed by peer")
+        lost = watch.verdict(10.0)
+        took = time.monotonic() - started
+    finally:
+        watch.close()
+    assert lost == f"host 0 lost: the run's store at 127.0.0.1:{group.store_port} refuses connections"
+    assert took < 2.0, took
+    warnings = capfd.readouterr().err.count("[c10d]")
+    assert warnings == 0 if learners_first else warnings <= 1, warnings
+
+
+def test_a_store_that_goes_away_after_host_0_ended_is_no_loss() -> None:
+    """Host 0 left done, then its store went with it: host 1's watch names no one."""
+    server, group = _serve()
+    host0, host1 = _watch(group, 0), _watch(group, 1)
+    host0.start()
+    host1.start()
+    host0.close()
+    try:
+        time.sleep(0.5)  # host 1 reads host 0's left/0
+        del server
+        assert host1.verdict(1.5) is None
+    finally:
+        host1.close()

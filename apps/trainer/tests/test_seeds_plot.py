@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -71,7 +72,7 @@ def test_plot_overlays_runs_with_their_event_values(tmp_path: Path) -> None:
     assert drawn[0].x.tolist() == [8, 16, 24] and drawn[0].mean.tolist() == [1.0, 2.0, 4.0]
     assert drawn[1].x.tolist() == [32, 64] and not drawn[1].std.any()
     wall = curves([tmp_path / "a"], RETURN, "wall_s")[0].x
-    assert wall[0] == 0.0 and np.all(np.diff(wall) >= 0)
+    assert wall[0] >= 0.0 and np.all(np.diff(wall) >= 0), "no config event: from the first event"
     assert curves([tmp_path / "a"], "eval/return", "env_steps") == []
     image = iio.imread(plot_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "p.png"))
     assert image.shape[:2] == (400, 1200), "one row (no eval/return), two axes"
@@ -94,6 +95,25 @@ def test_plot_without_out_writes_into_the_first_run_folder(
     image = tmp_path / "a" / "returns.png"
     assert iio.imread(image).std() > 0 and list(elsewhere.iterdir()) == []
     assert capsys.readouterr().out == f"wrote {image} (2 run(s))\n"
+
+
+def test_every_row_counts_wall_clock_seconds_from_the_launch_its_config_events_carry(tmp_path: Path) -> None:
+    """Both rows' wall-clock x is the event's time minus the launch (the config's), not minus their first."""
+    launched = time.time() - 30.0
+    writer = TensorBoardReporter(tmp_path / "r", config={"task": {"name": "x"}}, launched=launched)
+    for i, step in enumerate((8, 16)):
+        writer.report(Snapshot(iteration=i, env_steps=step, total_env_steps=16, elapsed_s=float(i),
+                               scalars={RETURN: 1.0}))  # fmt: skip
+        writer.evaluated(EvalPoint(iteration=i, env_steps=step, mean_return=2.0, mean_length=1.0,
+                                   best_return=2.0, seconds=0.0))  # fmt: skip
+    writer.close()
+    events = EventAccumulator(str(tmp_path / "r"))
+    events.Reload()
+    for tag in (RETURN, "eval/return"):
+        wall = np.array([p.wall_time for p in events.Scalars(tag)])
+        (curve,) = curves([tmp_path / "r"], tag, "wall_s")
+        assert curve.x == pytest.approx(wall - launched), tag
+        assert curve.x[0] >= 30.0, tag
 
 
 def _linear_seeds(root: Path, name: str, spans: dict[int, tuple[int, int]]) -> list[Path]:
@@ -192,8 +212,10 @@ def test_seed_list_trains_sibling_runs_then_plot_shows_their_mean_and_spread(tmp
     tiny = ["task=pendulum", "task.num_envs=2", "algo.trainer.asynchronous=false",
             "algo.trainer.time_limit_s=2", "algo.trainer.num_learning_iterations=100000",
             "algo.trainer.logging_interval=2", "algo.agent.learning_starts=2", "algo.agent.batch_size=32",
-            "algo.agent.num_updates=1"]  # fmt: skip
+            "algo.agent.num_updates=1", "algo.trainer.eval_interval_s=null", "algo.trainer.eval_interval=40",
+            "algo.trainer.eval_episodes=1"]  # fmt: skip
     command = [sys.executable, str(APP_DIR), *tiny, "seed=1,2", "run_name=p", "console=plain"]
+    started = time.time()
     run = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
     )
@@ -207,7 +229,8 @@ def test_seed_list_trains_sibling_runs_then_plot_shows_their_mean_and_spread(tmp
         plot_command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
     assert plot.returncode == 0, plot.stdout + plot.stderr
-    assert iio.imread(tmp_path / "p.png").shape[:2] == (400, 1200)
+    assert iio.imread(tmp_path / "p.png").shape[:2] == (800, 1200), "two rows: training and eval returns"
+    _assert_seconds_since_launch(runs, started)
     (s1, v1), (s2, v2) = _events(runs[0]), _events(runs[1])
     drawn = curves(runs, RETURN, "env_steps")
     (curve,) = [c for c in drawn if c.seeds == 2]
@@ -220,6 +243,31 @@ def test_seed_list_trains_sibling_runs_then_plot_shows_their_mean_and_spread(tmp
     assert curve.mean[-1] == pytest.approx(np.mean(last)) and curve.std[-1] == pytest.approx(np.std(last))
     assert [c.seeds for c in drawn] in ([2], [2, 1], [1, 2], [1, 2, 1])
     assert max(c.x[-1] for c in drawn) == max(s1[-1], s2[-1])
+
+
+def _assert_seconds_since_launch(runs: list[Path], started: float) -> None:
+    """Each run's rows, training and eval, count wall-clock seconds from that run's launch.
+
+    Seed 1's launch is the command's start (after ``started``; the kernel dates a process in whole seconds
+    of boot time, hence the second of slack); seed 2's is its own start, after seed 1's last event. Both
+    rows share it, and the first evaluation lies after it: an eval row counted from the first evaluation
+    would start at 0.
+    """
+    after = started - 1.0
+    for run in runs:
+        events = EventAccumulator(str(run))
+        events.Reload()
+        zeros = []
+        for tag in (RETURN, "eval/return"):
+            wall = np.array([p.wall_time for p in events.Scalars(tag)])
+            (curve,) = curves([run], tag, "wall_s")
+            assert curve.x[0] > 0, (run.name, tag, curve.x[:3])
+            zeros.append(wall - curve.x)
+        zero = zeros[0][0]
+        assert np.allclose(np.concatenate(zeros), zero, rtol=0, atol=1e-3), "one zero for both rows"
+        first = min(p.wall_time for tag in (RETURN, "eval/return") for p in events.Scalars(tag))
+        assert after <= zero < first, (run.name, after, zero, first)
+        after = max(p.wall_time for p in events.Scalars(RETURN))
 
 
 def test_a_seed_list_under_torchrun_on_several_hosts_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """``python -m fastsac_trainer ...``: the trainer command line."""
 
-from fastsac_trainer.cli import main
+from fastsac_trainer.cli import command
 
 if __name__ == "__main__":
-    main()
+    command()

@@ -127,7 +127,7 @@ def engine_snapshot(
     return Snapshot(
         iteration=stats.global_step,
         env_steps=env_steps,
-        total_env_steps=plan.run.num_iterations * plan.num_envs,
+        total_env_steps=plan.run.num_iterations * plan.env_steps_per_iteration,
         elapsed_s=stats.elapsed_s,
         scalars=scalars,
         timing=timing,
@@ -167,11 +167,11 @@ def stale_scalars(
     return frozenset(stale & set(scalars))
 
 
-def eval_point(report: EvalReport, num_envs: int) -> EvalPoint:
-    """The app's record of one evaluation (its env steps: the publish step's full env batches)."""
+def eval_point(report: EvalReport, env_steps_per_iteration: int) -> EvalPoint:
+    """The app's record of one evaluation (its env steps: the publish step's env batches, every host's)."""
     return EvalPoint(
         iteration=report.global_step,
-        env_steps=report.global_step * num_envs,
+        env_steps=report.global_step * env_steps_per_iteration,
         mean_return=report.mean_return,
         mean_length=report.mean_length,
         best_return=report.best_return,
@@ -235,7 +235,7 @@ def run_async(
             if 0 in stats.learners and stats.learners[0].compiled:
                 clock.mark("compiled switch")
         for report in stats.evaluations:
-            evals.add(eval_point(report, plan.num_envs))
+            evals.add(eval_point(report, plan.env_steps_per_iteration))
         step = stats.global_step
         if step != reported_step:
             reported_step = step

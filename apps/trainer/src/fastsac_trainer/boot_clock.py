@@ -10,7 +10,9 @@ running 17.6 s, first update 18.3 s, compiled switch 52.0 s after launch``; a ru
 milestone only has no summary (it would repeat that milestone's line). The launch is the start of
 this process (a ``torchrun`` rank's own start), as the user counts it; for the second and later runs
 of a seed list (``seed=1,2,3``, one process) and for each ``train()`` call, the start of that run
-(:func:`next_launch`).
+(:func:`next_launch`). :func:`launch_time` is that moment, the one zero of a run's seconds: the
+start-up lines count from it, and the run's TensorBoard config events carry it (``trainer plot``
+counts its wall-clock axis from it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 
 import psutil  # type: ignore[import-untyped]
 
-__all__ = ["BootClock", "next_launch"]
+__all__ = ["BootClock", "launch_time", "next_launch"]
 
 _log = logging.getLogger(__name__)
 
@@ -34,18 +36,21 @@ def next_launch() -> None:
     _launched = time.time()
 
 
+def launch_time() -> float:
+    """Unix time of the current run's launch: this process's start, or the latest :func:`next_launch`."""
+    return psutil.Process().create_time() if _launched is None else _launched
+
+
 class BootClock:
     """Logs, once each, how long after the launch a run reached its start-up milestones.
 
     Args:
-        launched: Unix time of the launch; None is this process's start (or :func:`next_launch`'s time).
+        launched: Unix time of the launch; None is :func:`launch_time`.
         expected: The milestones the run will reach; the summary line comes once all are reached.
     """
 
     def __init__(self, launched: float | None = None, expected: tuple[str, ...] = ()) -> None:
-        if launched is None:
-            launched = psutil.Process().create_time() if _launched is None else _launched
-        self.launched = launched
+        self.launched = launch_time() if launched is None else launched
         """Unix time the seconds count from."""
         self.marks: dict[str, float] = {}
         """Milestone -> seconds after the launch, in the order they were reached."""

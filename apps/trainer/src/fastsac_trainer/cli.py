@@ -1,5 +1,9 @@
 """Command line entry point of the trainer: ``uv run trainer [task=NAME] [key=value ...]``.
 
+Two doors: :func:`command` is the ``trainer`` command itself (the console script, ``python apps/trainer``,
+``python -m fastsac_trainer``), which owns its process; :func:`main` is the same command called from
+Python (a script, a test), which installs no process-wide signal handling that outlives the call.
+
 Subcommands are dispatched on the first argument before hydra sees anything: ``trainer eval ...``,
 ``trainer export ...``, ``trainer plot ...`` (each with ``--help``, from ``fastsac_trainer.commands``),
 ``--help``, ``--version``; a first word that is none of them nor an override is refused with the
@@ -31,17 +35,37 @@ from collections.abc import Iterator
 
 from fastsac_trainer.outcome import EXIT_ABORTED, EXIT_USAGE
 
-__all__ = ["end_on_a_late_signal", "main"]
+__all__ = ["command", "end_on_a_late_signal", "main"]
 
 _log = logging.getLogger("trainer")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the trainer CLI and exit with its status."""
+    """Run the trainer CLI on ``argv`` (None: ``sys.argv[1:]``) and exit with its status (``SystemExit``).
+
+    For a call from Python: the caller's signal handling is its own once this returns (the command
+    itself is :func:`command`).
+    """
+    raise SystemExit(_run(sys.argv[1:] if argv is None else list(argv)))
+
+
+def command() -> None:
+    """The ``trainer`` command: :func:`main` of the command line, then :func:`end_on_a_late_signal`.
+
+    Its entry points (the ``trainer`` console script, ``apps/trainer/__main__.py``, ``python -m
+    fastsac_trainer``) call this; nothing else does, so only the command's own process ends at once on
+    a stop signal that comes after its outcome.
+    """
+    code = _run(sys.argv[1:])
+    end_on_a_late_signal(code)
+    raise SystemExit(code)
+
+
+def _run(args: list[str]) -> int:
+    """The command's exit status for ``args``; a user's mistake is one line on stderr (code 2)."""
     from fastsac_core import FastSACCoreError
     from fastsac_trainer.config.exceptions import TrainerAppError
 
-    args = sys.argv[1:] if argv is None else list(argv)
     with _guarded_output():
         try:
             code = _dispatch(args)
@@ -52,9 +76,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.stderr.write("aborted (Ctrl+C); nothing more was written (earlier checkpoints are intact)\n")
             code = EXIT_ABORTED
         sys.stdout.flush()
-    if argv is None:  # the command itself (a caller passing argv, a test, keeps its own signal handling)
-        end_on_a_late_signal(code)
-    raise SystemExit(code)
+    return code
 
 
 def end_on_a_late_signal(code: int) -> None:

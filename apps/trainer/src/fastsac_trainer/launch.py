@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fastsac_trainer.outcome import EXIT_FAILED, final_line, summary
 
 if TYPE_CHECKING:
+    from fastsac_async import HostGroup
     from fastsac_trainer.parent_log import ParentLog
     from fastsac_trainer.training import RunOutcome
 
@@ -75,8 +76,14 @@ _SHAPED = (
 """Agent settings that shape a checkpoint's tensors: a resume must keep them."""
 
 
-def check_resumable(checkpoint: Path, run: Any) -> int:
-    """The checkpoint's iteration, once its task, network and replay sizes fit ``run``.
+def check_resumable(checkpoint: Path, run: Any, hosts: HostGroup | None = None) -> int:
+    """The checkpoint's iteration, once its task, network, replay sizes and env steps fit ``run``.
+
+    ``hosts``: this host's ``HostGroup`` in a run across hosts (None: one host). A run's iterations are
+    all of one size (:meth:`~fastsac_trainer.plan.RunPlan.env_steps_per_iteration`): its env-step axis,
+    its budget and its cadences count them, so a resume whose iteration would hold more or fewer env
+    steps than the checkpoint recorded is refused (a checkpoint that records none, from an older
+    trainer, is not checked).
 
     Checked before anything is written or started, so a mismatch is one line naming the setting,
     instead of a learner failing at start-up.
@@ -86,6 +93,7 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
     """
     import dataclasses
 
+    from fastsac_async import iteration_env_steps
     from fastsac_core import peek_checkpoint
     from fastsac_trainer.config.exceptions import TrainerAppError
 
@@ -121,7 +129,21 @@ def check_resumable(checkpoint: Path, run: Any) -> int:
             f"but {checkpoint} was trained with {saved_envs}; resume with the same task.num_envs and "
             "algo.trainer.async_options.num_learners"
         )
-    return int(info["extra"].get("iteration", 0))
+    iteration = int(info["extra"].get("iteration", 0))
+    saved_steps = info["extra"].get("env_steps")  # None: written before checkpoints recorded it
+    per_iteration = iteration_env_steps(num_envs, hosts)
+    if saved_steps is not None and saved_steps != iteration * per_iteration:
+        saved = int(saved_steps) // max(iteration, 1)
+        count = 1 if hosts is None else hosts.num_hosts
+        where = "" if count == 1 else f" on {count} hosts"
+        fix = f"task.num_envs={saved // count}{where}" if saved % count == 0 else f"{saved} envs in all"
+        raise TrainerAppError(
+            f"task.num_envs={num_envs}{where} gives {per_iteration} env steps per iteration, but "
+            f"{checkpoint} recorded {int(saved_steps):,} env steps at iteration {iteration} ({saved} per "
+            "iteration): a run's env-step axis, budget and cadences count iterations of one size; resume "
+            f"with {fix}, or start a new run (run_name=...) for another env count"
+        )
+    return iteration
 
 
 def resume_line(plan: Any, resumed_at: int, one_launch: list[str] | None = None) -> str:
@@ -300,7 +322,8 @@ def _run_logged(
     config = _saved_config(plan.run.run_dir)
     # Across hosts, host 0 alone writes the run's events (the others keep their logs).
     primary = plan.hosts is None or plan.hosts.primary
-    opened = open_loggers(plan.run.run_dir, config, resumed_at=resumed_at, num_envs=plan.num_envs,
+    opened = open_loggers(plan.run.run_dir, config, resumed_at=resumed_at,
+                          env_steps_per_iteration=plan.env_steps_per_iteration,
                           group=seed_group(plan.run.run_dir.name, config)) if primary else []  # fmt: skip
     loggers = FanOut(opened)
     extra = () if plan.checkpoint_signal is None else (signal.Signals[plan.checkpoint_signal],)

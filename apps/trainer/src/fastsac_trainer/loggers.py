@@ -180,7 +180,12 @@ class WandbReporter:
 
 
 def open_loggers(
-    run_dir: Path, config: dict[str, Any], *, resumed_at: int | None, num_envs: int, group: str | None
+    run_dir: Path,
+    config: dict[str, Any],
+    *,
+    resumed_at: int | None,
+    env_steps_per_iteration: int,
+    group: str | None,
 ) -> list[Reporter]:
     """The loggers ``config["logger"]`` names, writing into ``run_dir``.
 
@@ -188,13 +193,15 @@ def open_loggers(
         run_dir: The run folder.
         config: The resolved config.
         resumed_at: The iteration of the checkpoint this launch resumes, if any.
-        num_envs: Envs of the run (env steps per iteration).
+        env_steps_per_iteration: Env steps of one iteration of the whole run (every host's envs): a
+            resume's TensorBoard events start at the checkpoint's, ``resumed_at`` times this (a resume
+            keeps it: ``fastsac_trainer.launch.check_resumable``).
         group: The W&B group (the seeds of one command share one), if any.
     """
     names = config["logger"].split(",")
     loggers: list[Reporter] = []
     if "tensorboard" in names:
-        resumed_at_env_steps = None if resumed_at is None else resumed_at * num_envs
+        resumed_at_env_steps = None if resumed_at is None else resumed_at * env_steps_per_iteration
         loggers.append(TensorBoardReporter(RunLayout(run_dir).events, resumed_at_env_steps, config))
     if "wandb" in names:
         options = config["wandb"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastsac_async import AsyncOptions, HostGroup, TrainingRun
+from fastsac_async import AsyncOptions, HostGroup, TrainingRun, iteration_env_steps
 from fastsac_core import FastSACConfig
 from fastsac_topology import TrainerTopology
 
@@ -31,7 +31,7 @@ class RunPlan:
     """The env factory and dims, seed, iterations, time limit, logging and save intervals, run folder
     and checkpoint to resume (``fastsac_async.TrainingRun``)."""
     num_envs: int
-    """Envs per iteration (all collectors together)."""
+    """Envs per iteration of this host (all its collectors together)."""
     agent: FastSACConfig
     """FastSAC hyper-parameters."""
     async_options: AsyncOptions
@@ -49,3 +49,8 @@ class RunPlan:
     on demand; the synchronous trainer ignores it)."""
     hosts: HostGroup | None = None
     """This host's place in a run across hosts launched by torchrun (None: the run is this host)."""
+
+    @property
+    def env_steps_per_iteration(self) -> int:
+        """Env steps of one iteration of the whole run (``num_envs`` times the hosts): its metrics' x axis."""
+        return iteration_env_steps(self.num_envs, self.hosts)

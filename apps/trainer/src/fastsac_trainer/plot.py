@@ -1,12 +1,14 @@
 """``trainer plot <run> [<run> ...] [out=FILE]``: a PNG of the runs' returns from their TensorBoard events.
 
 One row per return scalar (``rollout/mean_return``; ``eval/return`` too when a run has it), against
-wall-clock time (left) and env steps (right). Runs are overlaid with their folder names. The seeds
-of one command (sibling folders ``<name>_s<seed>``, see :mod:`fastsac_trainer.seeds`) are one colour: their
-mean, with the band of one standard deviation around it, wherever at least two seeds have points, and a
-seed's own line where it is alone (one stopped early, or the wall-clock spans differ). Each seed counts
-only within its own x range (linear between its points, never extrapolated), and only in the rows of the
-scalars it has; the legend says how many seeds each part averages.
+wall-clock seconds since the run's launch (left; every row of a run counts from that one zero, its
+first launch's: :func:`fastsac_trainer.tensorboard.launch_of`) and env steps (right). Runs are
+overlaid with their folder names. The seeds of one command (sibling folders ``<name>_s<seed>``, see
+:mod:`fastsac_trainer.seeds`) are one colour: their mean, with the band of one standard deviation
+around it, wherever at least two seeds have points, and a seed's own line where it is alone (one
+stopped early, or the wall-clock spans differ). Each seed counts only within its own x range (linear
+between its points, never extrapolated), and only in the rows of the scalars it has; the legend
+says how many seeds each part averages.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ DEFAULT_OUT = "returns.png"
 """The image's name without ``out=``: in the (first) run folder, never the current folder."""
 """The scalars plotted, one row each (a tag no run has is left out)."""
 AXES = ("wall_s", "env_steps")
-"""The x axes: seconds since the run's first point, and env steps (the event step)."""
-_AXIS_LABELS = {"wall_s": "wall-clock (s)", "env_steps": "env steps"}
+"""The x axes: seconds since the run's launch, and env steps (the event step)."""
+_AXIS_LABELS = {"wall_s": "wall-clock since launch (s)", "env_steps": "env steps"}
 _GRID = 200
 """Points of the common x grid the seeds of a group are interpolated onto (over the group's whole span)."""
 
@@ -55,7 +57,7 @@ class Series:
     env_steps: np.ndarray
     """Event steps (env steps)."""
     wall_s: np.ndarray
-    """Seconds since the run's first event of this scalar."""
+    """Seconds since the run's (first) launch."""
     values: np.ndarray
     """The scalar's values."""
 
@@ -85,8 +87,9 @@ def read_series(run_dir: Path, tag: str) -> Series | None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from fastsac_async import RunLayout
+    from fastsac_trainer.tensorboard import launch_of
 
-    events = EventAccumulator(str(RunLayout(run_dir).events), size_guidance={"scalars": 0})
+    events = EventAccumulator(str(RunLayout(run_dir).events), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     if tag not in events.Tags()["scalars"]:
         return None
@@ -94,7 +97,7 @@ def read_series(run_dir: Path, tag: str) -> Series | None:
     wall = np.array([p.wall_time for p in points])
     return Series(
         env_steps=np.array([p.step for p in points], dtype=np.float64),
-        wall_s=wall - wall[0],
+        wall_s=wall - launch_of(events),
         values=np.array([p.value for p in points], dtype=np.float64),
     )
 

@@ -8,7 +8,9 @@ go at the env steps its weights were published at, and so does its clip, if one 
 beside the MP4 as the image ``eval/video`` (TensorBoard's Images tab plays it). Collector stage
 timings that the trainer did not already put into ``scalars`` are added as
 ``perf/collector_<stage>_ms`` (mean over collectors), the way the public reference names them. The
-run's config is written once per launch as text (``config``) and as hparams (dotted keys).
+run's config is written once per launch as text (``config``) and as hparams (dotted keys), stamped
+with the launch's time (:func:`fastsac_trainer.boot_clock.launch_time`): the run's first ``config``
+event is the zero of ``trainer plot``'s wall-clock axis (:func:`launch_of`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from typing import Any
 from fastsac_trainer.reporting import EvalPoint, Snapshot
 
 __all__ = [
+    "CONFIG_TAG",
     "ITERATION",
     "VIDEO_TAG",
     "TensorBoardReporter",
     "collector_stage_means",
     "eval_scalars",
     "flat_config",
+    "launch_of",
     "logged_scalars",
 ]
 
@@ -37,6 +41,10 @@ ITERATION = "progress/iteration"
 """The scalar that keeps the iteration (the x axis is env steps)."""
 VIDEO_TAG = "eval/video"
 """The image (an animated GIF) of an evaluation's clip."""
+CONFIG_TAG = "config"
+"""The text of the launch's resolved config (YAML), written with the launch's time."""
+_CONFIG_EVENTS = f"{CONFIG_TAG}/text_summary"
+"""The tag of the config's events in the files (``add_text`` adds the suffix)."""
 
 
 def collector_stage_means(timing: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -79,6 +87,17 @@ def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, bool | in
     return flat
 
 
+def launch_of(events: Any) -> float:
+    """Unix time of the first launch of the run whose events ``events`` (a loaded ``EventAccumulator``) holds.
+
+    The wall time of its first ``config`` event (written with its launch's time); a run without one (its
+    events written by another tool) counts from its first event.
+    """
+    if _CONFIG_EVENTS in events.Tags()["tensors"]:
+        return float(min(event.wall_time for event in events.Tensors(_CONFIG_EVENTS)))
+    return float(events.FirstEventTimestamp())
+
+
 class TensorBoardReporter:
     """Writes every snapshot's scalars as TensorBoard events, at its env step.
 
@@ -89,10 +108,16 @@ class TensorBoardReporter:
             went on past its last checkpoint), and keeps the ones up to it. The event files keep
             both (Note [TensorBoard across a resume]).
         config: The resolved config, written as text and hparams (None: not written).
+        launched: Unix time of this launch, the time the config events carry (None:
+            :func:`fastsac_trainer.boot_clock.launch_time`).
     """
 
     def __init__(
-        self, log_dir: Path, resumed_at_env_steps: int | None = None, config: dict[str, Any] | None = None
+        self,
+        log_dir: Path,
+        resumed_at_env_steps: int | None = None,
+        config: dict[str, Any] | None = None,
+        launched: float | None = None,
     ) -> None:
         # Note [TensorBoard across a resume]: each launch starts with a SessionLog START at its purge
         # step (0 for the first). Readers hide the points of earlier launches at or past a later
@@ -104,18 +129,22 @@ class TensorBoardReporter:
         purge_step = 0 if resumed_at_env_steps is None else resumed_at_env_steps + 1
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
         if config is not None:
-            self._write_config(config, resumed_at_env_steps or 0)
+            if launched is None:
+                from fastsac_trainer.boot_clock import launch_time
 
-    def _write_config(self, config: dict[str, Any], step: int) -> None:
+                launched = launch_time()
+            self._write_config(config, resumed_at_env_steps or 0, launched)
+
+    def _write_config(self, config: dict[str, Any], step: int, launched: float) -> None:
         from omegaconf import OmegaConf
         from torch.utils.tensorboard.summary import hparams
 
         text = OmegaConf.to_yaml(OmegaConf.create(config))
-        self._writer.add_text("config", f"```yaml\n{text}```", step)
+        self._writer.add_text(CONFIG_TAG, f"```yaml\n{text}```", step, walltime=launched)
         file_writer = self._writer._get_file_writer()  # type: ignore[no-untyped-call]
         metrics = {"rollout/mean_return": float("nan")}  # the scalar the HParams tab shows per run
         for summary in hparams(flat_config(config), metrics):  # type: ignore[no-untyped-call]
-            file_writer.add_summary(summary, step)
+            file_writer.add_summary(summary, step, walltime=launched)
 
     def report(self, snapshot: Snapshot) -> None:
         """Write the snapshot's scalars at ``snapshot.env_steps``."""

@@ -188,7 +188,8 @@ def _launch(
         if (no_mp4 := mp4_unavailable()) is not None:
             rendering += f"; GIF only ({no_mp4})"
     budget = run.config["algo"]["trainer"]["num_learning_iterations"]
-    resumed_at = None if resume_from is None else check_resumable(resume_from, run)
+    hosts = None if cluster is None else cluster.group
+    resumed_at = None if resume_from is None else check_resumable(resume_from, run, hosts)
     if resumed_at is not None and resumed_at >= budget:
         sys.stdout.write(
             f"nothing to train: {resume_from} is at iteration {resumed_at} and "

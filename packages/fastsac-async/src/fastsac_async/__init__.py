@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         RunAborted,
         WorkerFailed,
     )
-    from fastsac_async.hosts import HostGroup, learner_rank, open_store
+    from fastsac_async.hosts import HostGroup, iteration_env_steps, learner_rank, open_store
     from fastsac_async.learner.profiler import profile_iterations
     from fastsac_async.parent.engine import EngineResult, EngineStats, StopReason, run_engine
     from fastsac_async.parent.fork_server import PrestartedWorkers, prestart_workers
@@ -61,6 +61,7 @@ __all__ = [  # noqa: RUF022 - grouped by role
     "HostGroup",
     "open_store",
     "learner_rank",
+    "iteration_env_steps",
     # What a running engine reports (every stats tick)
     "EngineStats",
     "LearnerSnapshot",
@@ -94,7 +95,7 @@ _HOMES = {  # the module that defines each exported name
         "RunAborted",
         "WorkerFailed",
     ),
-    "fastsac_async.hosts": ("HostGroup", "learner_rank", "open_store"),
+    "fastsac_async.hosts": ("HostGroup", "iteration_env_steps", "learner_rank", "open_store"),
     "fastsac_async.learner.profiler": ("profile_iterations",),
     "fastsac_async.parent.engine": ("EngineResult", "EngineStats", "StopReason", "run_engine"),
     "fastsac_async.parent.fork_server": ("PrestartedWorkers", "prestart_workers"),

@@ -36,6 +36,7 @@ __all__ = [
     "collector_seed",
     "has_evaluator",
     "init_host_group",
+    "iteration_env_steps",
     "learner_rank",
     "learner_seed",
     "learner_world",
@@ -96,6 +97,15 @@ def collector_seed(spec: EngineSpec, index: int) -> int:
 def learner_seed(spec: EngineSpec, local_rank: int) -> int:
     """Seed of local learner ``local_rank``: ``seed + 1000 + r`` for its global rank ``r``."""
     return spec.run.seed + 1000 + learner_rank(spec, local_rank)
+
+
+def iteration_env_steps(num_envs: int, hosts: HostGroup | None) -> int:
+    """Env steps of one iteration (a full env batch) of the whole run: one host's ``num_envs`` x the hosts.
+
+    Every host steps as many envs, in lockstep with the others. The run's env steps are its iterations
+    times this: what its checkpoints record and its metrics are plotted against.
+    """
+    return num_envs * (1 if hosts is None else hosts.num_hosts)
 
 
 def learner_world(spec: EngineSpec) -> int:

@@ -118,7 +118,8 @@ class Cluster:
     def start_watch(self) -> None:
         """Start beating and watching the other hosts (Note [host heartbeats])."""
         connect = functools.partial(open_store, self.group, _CLIENT_TIMEOUT_S, suffix="")
-        self._watch = HostWatch(connect, host=self.host, num_hosts=self.group.num_hosts, store=self.address)
+        store = (self.launch.store_host, self.launch.store_port)
+        self._watch = HostWatch(connect, host=self.host, num_hosts=self.group.num_hosts, store=store)
         self._watch.start()
 
     def guard(self, trainer_fn: Callable[..., object]) -> Callable[..., object]:

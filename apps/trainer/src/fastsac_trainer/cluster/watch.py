@@ -4,7 +4,14 @@
 Every host's parent sets ``beat/<host>`` to a growing counter every ``interval_s`` and reads every
 other host's. A counter that has not moved for ``lost_after_s`` (judged on this host's own clock, so
 no clocks need to agree) means that host is lost: SIGKILLed, powered off or cut off. The run's
-store itself unreachable for as long means the host that serves it (host 0) is lost. A host that
+store itself unreachable for as long, or refusing connections (host 0's machine answers, but
+nothing listens at the store's address any more), means the host that serves it (host 0) is lost;
+once host 0 has said it is done, its store going away is its end, not a loss. A store client whose
+connection broke fails every call after, each failure printing torch's warning with a stack trace,
+so from the first failure on the watch only knocks at the store's address (a plain TCP connect,
+which prints nothing) and opens a new client once something answers there. A host that failed
+knocks before it says so: usually its learners saw host 0 go first (their collective broke), and a
+refused knock then gives the watch its verdict at once, with no store call at all. A host that
 ends sets ``left/<host>``: ``done``, or the line it failed with, numbered by one shared counter
 (``failures``) so the first failure of the run is the one named. A lost host is usually noticed
 first by the learners (their collective fails, or waits until torch.distributed's timeout); the
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +49,7 @@ class HostWatch:
         connect: Opens a client of the run's store (one for the watch thread, one for the caller).
         host: This host's rank.
         num_hosts: Hosts of the run.
-        store: ``host:port`` of the store, for the messages.
+        store: Host and port of the run's store (knocked at once a client failed; named in the messages).
         interval_s: Seconds between beats.
         lost_after_s: A heartbeat still for this long means its host is lost.
     """
@@ -52,15 +60,18 @@ class HostWatch:
         *,
         host: int,
         num_hosts: int,
-        store: str,
+        store: tuple[str, int],
         interval_s: float = 1.0,
         lost_after_s: float = 10.0,
     ) -> None:
         self._connect = connect
         self._store = connect()
-        self._host, self._num_hosts, self._address = host, num_hosts, store
+        self._host, self._num_hosts, self._store_at = host, num_hosts, store
+        self._address = f"{store[0]}:{store[1]}"
         self._interval_s, self.lost_after_s = interval_s, lost_after_s
         self._lost: str | None = None
+        self._store_gone = False  # host 0's store is gone: nothing more is said to it
+        self._done: set[int] = set()  # hosts that left done
         self._first_failure: tuple[int, str] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-heartbeat", daemon=True)
@@ -75,13 +86,40 @@ class HostWatch:
         self._store.set(f"beat/{self._host}", "0")
         self._thread.start()
 
+    def _knock(self) -> bool | None:
+        """Whether something listens at the store's address: True, False (refused), None (no answer soon)."""
+        try:
+            with socket.create_connection(self._store_at, timeout=self._interval_s):
+                return True
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return None
+
     def _run(self) -> None:
         store = self._connect()
         beats = 0
         seen: dict[int, tuple[bytes, float]] = {}
-        unreachable_since: float | None = None
+        failed_at: float | None = None  # when the store client failed (Note [host heartbeats])
+        failure: Exception | None = None
         while not self._stop.wait(self._interval_s):
             now = time.monotonic()
+            if failed_at is not None or self._store_gone:
+                answer = False if self._store_gone else self._knock()
+                if answer is False or now - (failed_at or now) > self.lost_after_s:
+                    self._store_gone = True
+                    if 0 not in self._done and self._lost is None:
+                        why = "refuses connections" if answer is False else f"is unreachable ({failure})"
+                        self._lost = f"host 0 lost: the run's store at {self._address} {why}"
+                        _log.error("%s", self._lost)
+                    return  # no store: nothing more to watch
+                if answer is None:
+                    continue
+                try:
+                    store = self._connect()
+                except Exception:
+                    continue
+                failed_at = None
             beats += 1
             try:
                 store.set(f"beat/{self._host}", str(beats))
@@ -97,24 +135,30 @@ class HostWatch:
                         seen[h] = (value, now)
                     elif now - seen[h][1] > self.lost_after_s and self._lost is None:
                         self._lost = f"host {h} lost: no heartbeat for {now - seen[h][1]:.0f} s"
-                unreachable_since = None
-            except Exception as error:  # the store is gone: its host (0) is
-                unreachable_since = unreachable_since or now
-                if now - unreachable_since > self.lost_after_s and self._lost is None:
-                    self._lost = f"host 0 lost: the run's store at {self._address} is unreachable ({error})"
+            except Exception as error:  # the store is gone (its host, 0, with it) or out of reach
+                failed_at, failure = now, error
             if self._lost is not None:
                 _log.error("%s", self._lost)
                 return  # the verdict is in: nothing more to watch
 
     def _note_left(self, store: Any, host: int) -> None:
         reason = store.get(f"left/{host}").decode()
-        if reason != "done" and self._lost is None:
+        if reason == "done":
+            self._done.add(host)
+        elif self._lost is None:
             order, _, line = reason.partition(" ")
             if self._first_failure is None or int(order) < self._first_failure[0]:
                 self._lost = f"host {host} failed: {line}"
 
     def failed(self, line: str) -> None:
-        """Say this host failed with ``line`` (numbered: the run's first failure is named)."""
+        """Say this host failed with ``line`` (numbered: the run's first failure is named).
+
+        Only to a store that still answers at its address: the others cannot hear it otherwise.
+        """
+        answer = False if self._store_gone else self._knock()
+        self._store_gone = answer is False  # the watch says so at its next beat, touching no store
+        if answer is not True:
+            return
         with contextlib.suppress(Exception):
             order = int(self._store.add("failures", 1))
             self._first_failure = (order, line)
@@ -132,6 +176,6 @@ class HostWatch:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(self._interval_s + 5.0)
-        if self._first_failure is None:
+        if self._first_failure is None and not self._store_gone:
             with contextlib.suppress(Exception):
                 self._store.set(f"left/{self._host}", "done")

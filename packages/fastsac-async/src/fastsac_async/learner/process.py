@@ -23,6 +23,7 @@ from fastsac_async.hosts import (
     actor_digest,
     has_evaluator,
     init_host_group,
+    iteration_env_steps,
     learner_rank,
     learner_seed,
     learner_world,
@@ -273,7 +274,10 @@ def _learner(
             on_snapshot=lambda snap: offer(stats_queue, snap),
             # Only the run's rank 0 writes checkpoints (another host's local rank 0 does not).
             checkpoint_path=spec.run.layout.checkpoint if learner_rank(spec, rank) == 0 else None,
-            checkpoint_extra=lambda g: {"collector_steps": control.all_collector_steps()},
+            checkpoint_extra=lambda g: {
+                "collector_steps": control.all_collector_steps(),
+                "env_steps": g * iteration_env_steps(spec.topology.num_envs, spec.hosts),
+            },
         ),
         process_group=None,
         replay=ReplaySaver(spec.run.replay_path(learner_rank(spec, rank)), spec.run.replay_save_interval_s),
