@@ -7,14 +7,14 @@
 # On the device machine (one configuration: about 6.5 min at the default 300 s):
 #   source .devrun/env.sh && bash benchmarks/start_up.sh first
 #   source .devrun/env.sh && bash benchmarks/start_up.sh background
-# Configurations: first (the defaults: compile before the first update), background
-# (compile_in_background with its compile warmer), thread (compile_in_background without the warmer),
+# Configurations: first (compile before the first update), background (compile_in_background with its
+# compile warmer: the defaults), thread (compile_in_background without the warmer),
 # or NAME=OVERRIDES for anything else. TIME_LIMIT (s, default 300), SEED (1), OUT (/tmp/start_up).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/start_up}
 case ${1:?a configuration: first, background, thread or NAME=OVERRIDES} in
-  first) config="first=" ;;
+  first) config="first=algo.agent.compile_in_background=false" ;;
   background) config="background=algo.agent.compile_in_background=true" ;;
   thread) config="thread=algo.agent.compile_in_background=true algo.agent.compile_warmer=false" ;;
   *=*) config=$1 ;;

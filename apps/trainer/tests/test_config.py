@@ -306,16 +306,18 @@ def test_collector_counts_default_to_auto_and_are_sized_to_this_machine() -> Non
     assert any(note.startswith("auto: ") and f"affinity {usable}" in note for note in run.notes), run.notes
 
 
-def test_a_synchronous_run_compiles_first_and_says_so() -> None:
-    """compile_in_background=true is turned off for the synchronous trainer, with a note; kept when async."""
+def test_a_synchronous_run_compiles_first_and_says_so_when_asked_otherwise() -> None:
+    """compile_in_background (the async default) is off for the sync trainer, noted only when given."""
     flag = "algo.agent.compile_in_background=true"
-    sync = resolve_run(
-        _cfg("task=pendulum", "algo.trainer.asynchronous=false", flag), explicit=frozenset(), cuda_count=0
-    )
-    assert not sync.agent.compile_in_background and not sync.config["algo"]["agent"]["compile_in_background"]
-    assert "algo.agent.compile_in_background=true->false: a synchronous run compiles first" in sync.notes
+    note = "algo.agent.compile_in_background=true->false: a synchronous run compiles first"
+    for given in (frozenset(), frozenset({"algo.agent.compile_in_background"})):
+        overrides = ("task=pendulum", "algo.trainer.asynchronous=false", *([flag] if given else []))
+        sync = resolve_run(_cfg(*overrides), explicit=given, cuda_count=0)
+        assert not sync.agent.compile_in_background
+        assert not sync.config["algo"]["agent"]["compile_in_background"]
+        assert (note in sync.notes) == bool(given)
     run = resolve_run(
-        _cfg("task=pendulum", "algo.trainer.asynchronous=true", flag), explicit=frozenset(), cuda_count=0
+        _cfg("task=pendulum", "algo.trainer.asynchronous=true"), explicit=frozenset(), cuda_count=0
     )
     assert run.agent.compile_in_background and not any("compile_in_background" in n for n in run.notes)
 

@@ -192,8 +192,8 @@ class FastSACConfig:
     in a background thread, then switch to them between two updates (Note [Compile in the
     background]). Off: the first update waits for the compile. Several ranks, fp16 loss scaling and
     ``cudagraph_scope=regions`` always compile first. Only in a process that ends with ``os._exit`` (a
-    worker: the asynchronous learner). Off by default: the first update comes far earlier, the returns
-    later (wiki/benchmarks.md, "Compile in the background")."""
+    worker: the asynchronous learner), hence off here; the trainer's asynchronous learner turns it on
+    (wiki/benchmarks.md, "Compile in the background")."""
     compile_warmer: bool = True
     """With ``compile_in_background``: compile the same steps first in a separate process into the
     on-disk compile cache, started with the agent, and build the background compile from that cache

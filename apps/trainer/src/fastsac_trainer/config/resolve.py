@@ -291,8 +291,10 @@ def resolve_run(cfg: dict[str, Any], *, explicit: frozenset[str], cuda_count: in
     if not trainer["asynchronous"] and cfg["algo"]["agent"]["compile_in_background"]:
         # Only a worker process, which ends with os._exit, may leave a compile thread running at its
         # end (Note [Compile in the background]); the synchronous trainer is the user's own process.
+        # The default (on) is the asynchronous trainer's: only a value the user gave is worth a note.
         cfg["algo"]["agent"]["compile_in_background"] = False
-        notes.append("algo.agent.compile_in_background=true->false: a synchronous run compiles first")
+        if "algo.agent.compile_in_background" in explicit:
+            notes.append("algo.agent.compile_in_background=true->false: a synchronous run compiles first")
     agent = agent_config(cfg["algo"]["agent"], num_envs=cfg["task"]["num_envs"])
     factory, dims = _probe(cfg["task"])
     options = async_options(trainer["async_options"])

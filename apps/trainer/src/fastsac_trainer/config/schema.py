@@ -21,6 +21,7 @@ from fastsac_async import AsyncOptions
 from fastsac_core import FastSACConfig
 
 __all__ = [
+    "APP_AGENT_DEFAULTS",
     "AgentConfig",
     "AlgoConfig",
     "AsyncOptionsConfig",
@@ -44,19 +45,28 @@ def _omegaconf_type(hint: Any) -> Any:
     return hint
 
 
-def _mutable_mirror(name: str, frozen_cls: type[Any], auto: tuple[str, ...] = ()) -> type[Any]:
-    """A mutable dataclass with the same fields and defaults as ``frozen_cls``.
+def _mutable_mirror(
+    name: str,
+    frozen_cls: type[Any],
+    auto: tuple[str, ...] = (),
+    app_defaults: dict[str, Any] | None = None,
+) -> type[Any]:
+    """A mutable dataclass with the same fields and defaults as ``frozen_cls``, but ``app_defaults``.
 
     Hydra needs mutable nodes to apply overrides, and OmegaConf knows neither ``Literal`` nor
     tuples: hydra checks the types, ``fastsac_trainer.config.validate`` the values (``AsyncOptions`` checks
     its own fields when the app converts back; the agent's ranges are the app's rules). The
     ``auto`` fields default to ``"auto"`` and take any value: the app resolves them (and checks what
-    the user gave) before it builds the library record.
+    the user gave) before it builds the library record. ``app_defaults`` are the trainer's own defaults
+    where they differ from the library's (each with its reason beside it).
     """
     hints = typing.get_type_hints(frozen_cls)
+    unknown = set(app_defaults or {}) - set(hints)
+    if unknown:
+        raise TypeError(f"{name}: app defaults for fields {frozen_cls.__name__} lacks: {sorted(unknown)}")
     fields = []
     for f in dataclasses.fields(frozen_cls):
-        default = f.default
+        default = (app_defaults or {}).get(f.name, f.default)
         if f.name in auto:
             fields.append((f.name, Any, field(default="auto")))
             continue
@@ -68,7 +78,16 @@ def _mutable_mirror(name: str, frozen_cls: type[Any], auto: tuple[str, ...] = ()
     return dataclasses.make_dataclass(name, fields, namespace={"__module__": __name__})
 
 
-AgentConfig = _mutable_mirror("AgentConfig", FastSACConfig)
+APP_AGENT_DEFAULTS: dict[str, Any] = {
+    # The library keeps it off (a background compile thread needs a process that ends with os._exit);
+    # the trainer's learner is such a worker, and a synchronous run turns it off (resolve). On the GPU
+    # host it trains from about 15 s after launch instead of about 50 s and learned no later (Decision
+    # log 2026-12-05, wiki/benchmarks.md "Compile in the background").
+    "compile_in_background": True,
+}
+"""The trainer's agent defaults that differ from :class:`fastsac_core.FastSACConfig`'s."""
+
+AgentConfig = _mutable_mirror("AgentConfig", FastSACConfig, app_defaults=APP_AGENT_DEFAULTS)
 AsyncOptionsConfig = _mutable_mirror(
     "AsyncOptionsConfig", AsyncOptions, auto=("num_collectors", "cpus_per_collector")
 )
