@@ -114,6 +114,17 @@ def read_scalars(run_dir: Path) -> Scalars:
     return {tag: [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def launch_epoch(run_dir: Path) -> float:
+    """Unix time of the run's first launch, as its config events record it (``tensorboard.launch_of``)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fastsac_trainer.tensorboard import launch_of
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    acc.Reload()
+    return launch_of(acc)
+
+
 @dataclass(frozen=True)
 class TrainerRun:
     """A finished trainer run, read back from its run folder."""

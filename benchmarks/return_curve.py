@@ -2,8 +2,9 @@
 
     uv run --frozen python benchmarks/return_curve.py runs/<run> [--start-epoch EPOCH] [--every 30]
 
-``--start-epoch`` is the Unix time the command was launched (so start-up counts); without it the
-first event's time is used. Event steps are env steps (the trainer's TensorBoard axis; the iteration is
+Seconds count from the launch, start-up included: the run's first launch as its config events record
+it, or ``--start-epoch`` (a Unix time) given for it; a run whose events hold no config counts from its
+first event. Event steps are env steps (the trainer's TensorBoard axis; the iteration is
 the ``progress/iteration`` scalar); ``--num-envs N`` reads an older run whose steps were iterations.
 Prints a table: seconds, iteration, env steps, rollout/mean_return, env steps/s, and
 the learner's updates/s and learn_pct at the same logging tick; then the medians of those two over the
@@ -19,7 +20,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from _harness import read_scalars
+from _harness import launch_epoch, read_scalars
 
 
 def main() -> None:
@@ -41,7 +42,7 @@ def main() -> None:
     if not returns:
         print("no rollout/mean_return events")
         return
-    start = args.start_epoch if args.start_epoch is not None else returns[0][0]
+    start = args.start_epoch if args.start_epoch is not None else launch_epoch(args.run_dir)
     print(
         f"{'seconds':>8} {'iteration':>9} {'env steps':>10} {'mean return':>11} {'env steps/s':>11}"
         f" {'updates/s':>9} {'learn %':>7}"

@@ -233,7 +233,7 @@ def _snapshot(
     its = max(interval.iterations, 1)
     stage_ms = {name: 1000.0 * s / its for name, s in interval.stage_s.items()}
     scalars = {
-        "perf/env_steps_per_s": interval.iterations * plan.num_envs / wall,
+        "perf/env_steps_per_s": interval.iterations * plan.env_steps_per_iteration / wall,
         "perf/updates_per_s": interval.updates / wall,
         "perf/learn_pct": 100.0 * interval.stage_s["update"] / wall,
         "perf/collect_ms_per_batch": stage_ms["inference"] + stage_ms["env_step"],
@@ -255,8 +255,8 @@ def _snapshot(
         scalars.update({f"train/{k}": v for k, v in zip(keys, values, strict=True)})
     return Snapshot(
         iteration=iteration,
-        env_steps=iteration * plan.num_envs,
-        total_env_steps=plan.run.num_iterations * plan.num_envs,
+        env_steps=iteration * plan.env_steps_per_iteration,
+        total_env_steps=plan.run.num_iterations * plan.env_steps_per_iteration,
         elapsed_s=elapsed_s,
         scalars=scalars,
         timing={"sync": stage_ms},
@@ -401,7 +401,7 @@ def run_sync(
     log.info("sync training ended (%s) at iteration %d", stop_reason, iteration)
     return SyncResult(
         iterations=iteration,
-        env_steps=iteration * plan.num_envs,
+        env_steps=iteration * plan.env_steps_per_iteration,
         updates=agent.update_idx,
         mean_return=episodes.mean_return,
         last_checkpoint=last_checkpoint,
@@ -412,7 +412,7 @@ def run_sync(
 def _save(plan: RunPlan, agent: FastSACAgent, iteration: int, elapsed_s: float) -> Path:
     extra = {
         "iteration": iteration,
-        "env_steps": iteration * plan.num_envs,
+        "env_steps": iteration * plan.env_steps_per_iteration,
         "elapsed_s": elapsed_s,
         "task": plan.task_name,
         "trainer": "sync",
