@@ -1,7 +1,10 @@
 """A user's CUDA paths end to end (run on the GPU machine): train, stop, resume, then eval and export.
 
 Each run is the real CLI in a subprocess with the task's default settings on CUDA (compiled update,
-CUDA graphs); eval and export then read the CUDA-trained checkpoint in a process that sees no GPU.
+CUDA graphs; an asynchronous run compiles in the background, the default, so these short runs train
+with the interim steps while the compile warmer works; the resume test's asynchronous run compiles
+first, so that path keeps a run of its own); eval and export then read the CUDA-trained checkpoint in
+a process that sees no GPU.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def test_a_run_compiling_in_the_background_ends_before_its_switch_and_its_resume
     [
         ["algo.trainer.asynchronous=true", "algo.trainer.async_options.num_collectors=2",
          "algo.trainer.async_options.transition_ipc=on", "algo.trainer.async_options.weight_ipc=on",
-         "algo.trainer.async_options.weight_ipc_min_bytes=0"],
+         "algo.trainer.async_options.weight_ipc_min_bytes=0", "algo.agent.compile_in_background=false"],
         ["algo.trainer.asynchronous=false"],
     ],
     ids=["async_cuda_ipc", "sync"],
@@ -189,8 +192,8 @@ def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: P
     try:
         deadline = time.monotonic() + 300
         learner_log = RunLayout(run_dir).log("learner0")
-        # Past the first update chunk's compile (a stop during it outlasts the grace period: the
-        # reliability page's row), and a checkpoint after it.
+        # Past the first update chunk (the interim steps', the compile warmer busy beside them: the
+        # default background compile) and a checkpoint after it.
         while (
             not (learner_log.exists() and "first update chunk" in learner_log.read_text())
             or len(list(RunLayout(run_dir).checkpoints.glob("model_*.pt"))) < 2
@@ -199,6 +202,8 @@ def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: P
             time.sleep(0.5)
         pids = [int(m.group(1)) for log in RunLayout(run_dir).logs.glob("*[0-9].log")
                 if (m := re.search(r"started \(pid (\d+)", log.read_text()))]  # fmt: skip
+        # The compile warmer, the learner's own child, must go with it.
+        pids += [int(p) for p in re.findall(r"compile warmer started \(pid (\d+)", learner_log.read_text())]
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -211,7 +216,7 @@ def test_sigterm_stops_a_cuda_ipc_run_with_a_checkpoint_that_resumes(tmp_path: P
     assert "stop_reason=SIGTERM" in out, out
     assert stopped < 30.0
     time.sleep(1.0)
-    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "every worker is gone"
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "every worker and the warmer are gone"
     assert "leaked" not in out, out
     reached = _iteration(run_dir)
     resumed = _run([f"resume={run_dir}", f"algo.trainer.num_learning_iterations={reached + 4}",
