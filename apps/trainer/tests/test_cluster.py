@@ -189,6 +189,41 @@ def test_the_host_that_failed_first_is_named_with_its_line(store_group: HostGrou
     assert lost == "host 1 failed: learner0 raised"
 
 
+def test_a_host_whose_knock_gets_no_answer_still_says_it_failed_and_never_done(
+    store_group: HostGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A knock with no answer in time (a lost SYN) is no verdict: left/<host> holds the failure, not done."""
+    watch = _watch(store_group, 1)
+    monkeypatch.setattr(watch, "_knock", lambda: None)
+    watch.start()
+    watch.failed("learner0 raised")
+    watch.close()
+    assert open_store(store_group, 5.0).get("left/1") == b"1 learner0 raised"
+
+
+def test_a_host_that_failed_never_says_done_even_where_its_line_could_not_be_said(
+    store_group: HostGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store call of failed() raising (no answer in time, then a broken client): close() says nothing."""
+
+    class Broken:  # a client whose calls fail, as one whose connection broke
+        def __init__(self) -> None:
+            self._store = open_store(store_group, 5.0)
+
+        def set(self, key: str, value: str) -> None:
+            self._store.set(key, value)
+
+        def add(self, key: str, amount: int) -> int:
+            raise RuntimeError("connection reset by peer")
+
+    watch = HostWatch(Broken, host=1, num_hosts=2, store=(store_group.store_host, store_group.store_port),
+                      interval_s=0.1)  # fmt: skip
+    monkeypatch.setattr(watch, "_knock", lambda: None)
+    watch.failed("learner0 raised")
+    watch.close()
+    assert not open_store(store_group, 5.0).check(["left/1"])
+
+
 @pytest.mark.parametrize("learners_first", [True, False], ids=["learners-saw-it-first", "watch-alone"])
 def test_a_store_that_refuses_connections_is_host_0_lost_at_once_and_quietly(
     capfd: pytest.CaptureFixture[str], learners_first: bool

@@ -11,9 +11,12 @@ connection broke fails every call after, each failure printing torch's warning w
 so from the first failure on the watch only knocks at the store's address (a plain TCP connect,
 which prints nothing) and opens a new client once something answers there. A host that failed
 knocks before it says so: usually its learners saw host 0 go first (their collective broke), and a
-refused knock then gives the watch its verdict at once, with no store call at all. A host that
-ends sets ``left/<host>``: ``done``, or the line it failed with, numbered by one shared counter
-(``failures``) so the first failure of the run is the one named. A lost host is usually noticed
+refused knock then gives the watch its verdict at once, with no store call at all; a knock that
+gets no answer in time (one lost SYN: Linux resends it after 1 s) is no verdict, so the failure is
+still said to the store, within its client's timeout. A host that ends sets ``left/<host>``:
+``done``, or the line it failed with, numbered by one shared counter (``failures``) so the first
+failure of the run is the one named; a host that failed never says ``done``, even where its line
+could not be said (the others then name it as lost, never as done). A lost host is usually noticed
 first by the learners (their collective fails, or waits until torch.distributed's timeout); the
 parent then waits up to ``lost_after_s`` for the verdict of :meth:`HostWatch.verdict`, so the line
 it ends with names the host, not only the collective that broke.
@@ -71,6 +74,7 @@ class HostWatch:
         self._interval_s, self.lost_after_s = interval_s, lost_after_s
         self._lost: str | None = None
         self._store_gone = False  # host 0's store is gone: nothing more is said to it
+        self._failed = False  # this host failed: it never says done (Note [host heartbeats])
         self._done: set[int] = set()  # hosts that left done
         self._first_failure: tuple[int, str] | None = None
         self._stop = threading.Event()
@@ -153,11 +157,13 @@ class HostWatch:
     def failed(self, line: str) -> None:
         """Say this host failed with ``line`` (numbered: the run's first failure is named).
 
-        Only to a store that still answers at its address: the others cannot hear it otherwise.
+        Not to a store that refuses connections at its address (gone: the others cannot hear it);
+        a knock with no answer in time is no verdict, so the store is still called, within its
+        client's timeout. Either way :meth:`close` then says nothing: a host that failed is never done.
         """
-        answer = False if self._store_gone else self._knock()
-        self._store_gone = answer is False  # the watch says so at its next beat, touching no store
-        if answer is not True:
+        self._failed = True
+        if self._store_gone or self._knock() is False:
+            self._store_gone = True  # the watch says so at its next beat, touching no store
             return
         with contextlib.suppress(Exception):
             order = int(self._store.add("failures", 1))
@@ -176,6 +182,6 @@ class HostWatch:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(self._interval_s + 5.0)
-        if self._first_failure is None and not self._store_gone:
+        if not self._failed and not self._store_gone:
             with contextlib.suppress(Exception):
                 self._store.set(f"left/{self._host}", "done")
