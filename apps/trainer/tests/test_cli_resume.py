@@ -133,7 +133,8 @@ def test_a_resume_whose_iterations_would_hold_other_env_steps_is_refused(
     assert info.value.code == 2 and err == (
         f"error: task.num_envs=4 gives 4 env steps per iteration, but {checkpoint} recorded 8 env steps at "
         "iteration 4 (2 per iteration): a run's env-step axis, budget and cadences count iterations of one "
-        "size; resume with task.num_envs=2, or start a new run (run_name=...) for another env count\n"
+        "size; resume with task.num_envs=2 algo.trainer.async_options.num_learners=1, or start a new run "
+        "(run_name=...) for another env count\n"
     )
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before, "nothing written"
 
@@ -154,7 +155,32 @@ def test_the_env_steps_of_an_iteration_count_every_host(tmp_path: Path) -> None:
     assert check_resumable(recorded, run, two_hosts) == 5
     with pytest.raises(TrainerAppError, match=r"^task.num_envs=2 gives 2 env steps per iteration, but .* "
                        r"recorded 20 env steps at iteration 5 \(4 per iteration\): .*; resume with "
-                       r"task.num_envs=4, or start"):  # fmt: skip
+                       r"task.num_envs=4 algo.trainer.asynchronous=true "
+                       r"algo.trainer.async_options.num_learners=2, or start"):  # fmt: skip
         check_resumable(recorded, run)
     older = save_checkpoint(tmp_path / "b.pt", agent, extra={"iteration": 5})
     assert check_resumable(older, run) == 5 and check_resumable(older, run, two_hosts) == 5
+
+
+def test_the_settings_a_refused_resume_names_resume_it(tmp_path: Path) -> None:
+    """A checkpoint of 1 learner x 2 envs resumed over 2 learners x 2: the fix named passes every check."""
+    import re
+
+    from fastsac_core import save_checkpoint
+    from fastsac_core.testing import make_agent
+    from fastsac_trainer.arguments import composed
+    from fastsac_trainer.config.exceptions import TrainerAppError
+    from fastsac_trainer.launch import check_resumable
+
+    options = "algo.trainer.async_options"
+    asynchronous = [*TINY_PENDULUM, "algo.agent.buffer_size=16", "algo.trainer.asynchronous=true",
+                    "algo.trainer.device=cpu", f"{options}.num_collectors=2"]  # fmt: skip
+    run = composed([*asynchronous, "task.num_envs=4", f"{options}.num_learners=2"]).run
+    agent = make_agent(run.dims, run.agent, "cpu", num_envs=2)
+    checkpoint = save_checkpoint(tmp_path / "a.pt", agent, extra={"iteration": 5, "env_steps": 5 * 2})
+    with pytest.raises(TrainerAppError) as info:
+        check_resumable(checkpoint, run)
+    fix = re.search(r"; resume with (.*), or start a new run", str(info.value))
+    assert fix is not None, info.value
+    assert fix.group(1) == f"task.num_envs=2 {options}.num_learners=1"
+    assert check_resumable(checkpoint, composed([*asynchronous, *fix.group(1).split()]).run) == 5

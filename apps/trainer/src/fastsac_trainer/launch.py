@@ -136,7 +136,7 @@ def check_resumable(checkpoint: Path, run: Any, hosts: HostGroup | None = None) 
         saved = int(saved_steps) // max(iteration, 1)
         count = 1 if hosts is None else hosts.num_hosts
         where = "" if count == 1 else f" on {count} hosts"
-        fix = f"task.num_envs={saved // count}{where}" if saved % count == 0 else f"{saved} envs in all"
+        fix = _same_iterations(saved, saved_envs, count, learners, asynchronous=run.asynchronous)
         raise TrainerAppError(
             f"task.num_envs={num_envs}{where} gives {per_iteration} env steps per iteration, but "
             f"{checkpoint} recorded {int(saved_steps):,} env steps at iteration {iteration} ({saved} per "
@@ -144,6 +144,24 @@ def check_resumable(checkpoint: Path, run: Any, hosts: HostGroup | None = None) 
             f"with {fix}, or start a new run (run_name=...) for another env count"
         )
     return iteration
+
+
+def _same_iterations(saved: int, per_learner: int, hosts: int, learners: int, *, asynchronous: bool) -> str:
+    """The settings whose iterations hold ``saved`` env steps over learners of ``per_learner`` envs each.
+
+    The checkpoint's learner count is its env steps per iteration over its envs per learner (every
+    learner of every host held as many), so the fix also passes the envs-per-learner check.
+    """
+    all_learners, rest = divmod(saved, per_learner)
+    if rest or not all_learners or all_learners % hosts:
+        return f"{saved} envs in all, {per_learner} per learner"
+    settings = [f"task.num_envs={saved // hosts}"]
+    saved_learners = all_learners // hosts
+    if saved_learners != learners:
+        if not asynchronous:
+            settings.append("algo.trainer.asynchronous=true")
+        settings.append(f"algo.trainer.async_options.num_learners={saved_learners}")
+    return " ".join(settings) + ("" if hosts == 1 else f" on {hosts} hosts")
 
 
 def resume_line(plan: Any, resumed_at: int, one_launch: list[str] | None = None) -> str:
