@@ -143,3 +143,35 @@ def test_engine_snapshot_lists_the_scalars_of_sources_that_did_not_report(tmp_pa
     assert "perf/updates_per_s" not in later.stale and "async/utd" not in later.stale
     fresh = engine_snapshot(plan, stats(20, 20, 90), 2, previous=first)
     assert fresh.stale == frozenset()
+
+
+def test_engine_snapshot_counts_the_runs_env_steps_by_the_one_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rate, env steps and budget: this host's scaled by RunPlan.env_steps_per_iteration, no other rule."""
+    import dataclasses
+
+    from fastsac_async import HostGroup
+    from fastsac_trainer.async_trainer import run_steps_per_host_step
+
+    collectors = {
+        i: CollectorSnapshot(
+            index=i, steps=10, steps_per_s=50.0, num_envs=2, episodes=0, mean_return=None, mean_ep_len=None,
+            weight_version=1, policy_lag=0, ring_fill=0,
+        )
+        for i in (0, 1)
+    }  # fmt: skip
+    stats = EngineStats(
+        elapsed_s=1.0, global_step=10, collector_steps=[10, 10], updates=0, learners={},
+        collectors=collectors, summary=aggregate_collectors(list(collectors.values())),
+    )  # fmt: skip
+
+    def counted(plan: RunPlan) -> tuple[float, int, int]:
+        snapshot = engine_snapshot(plan, stats, 2 * run_steps_per_host_step(plan))
+        return snapshot.scalars["perf/env_steps_per_s"], snapshot.env_steps, snapshot.total_env_steps
+
+    hosts = HostGroup(host_rank=1, num_hosts=2, store_host="node0", store_port=29400, store_prefix="r")
+    assert counted(_plan(tmp_path, 1)) == (200.0, 40, 120)
+    assert counted(dataclasses.replace(_plan(tmp_path, 1), hosts=hosts)) == (400.0, 80, 240)
+    monkeypatch.setattr("fastsac_trainer.plan.iteration_env_steps", lambda num_envs, hosts: 3 * num_envs)
+    assert counted(_plan(tmp_path, 1)) == (600.0, 120, 360), "the rule changed: every count follows it"

@@ -302,3 +302,17 @@ def test_sync_trainer_on_cuda(tmp_path: Path) -> None:
     assert all(math.isfinite(last.scalars[k]) for k in TRAIN)
     assert last.timing["sync"]["update"] > 0.0
     assert result.last_checkpoint == RunLayout(tmp_path).checkpoint(6)
+
+
+def test_an_inline_evaluations_env_steps_are_the_whole_runs(tmp_path: Path) -> None:
+    """An evaluation's env steps count every host's envs (RunPlan.env_steps_per_iteration), not one host's."""
+    from fastsac_async import EvalSettings, HostGroup
+    from fastsac_core.testing import make_agent
+    from fastsac_trainer.sync_eval import InlineEvaluation
+
+    hosts = HostGroup(host_rank=0, num_hosts=2, store_host="node0", store_port=29400, store_prefix="r")
+    settings = EvalSettings(interval_s=None, interval=2, episodes=1)
+    plan = make_plan(tmp_path, evaluation=settings, hosts=hosts)
+    agent = make_agent(plan.run.dims, plan.agent, "cpu", num_envs=plan.num_envs)
+    point = InlineEvaluation(plan, settings, start_iteration=0).maybe_evaluate(2, agent, lambda: False)
+    assert point is not None and point.env_steps == 2 * 4 * 2

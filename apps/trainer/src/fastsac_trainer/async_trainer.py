@@ -68,14 +68,15 @@ class AsyncResult:
     """``completed``, ``time_limit`` or ``stop_requested`` (Ctrl+C, should_stop)."""
 
 
-def hosts_of(plan: RunPlan) -> int:
-    """Hosts of the run: the counts of this host's collectors stand for every host's.
+def run_steps_per_host_step(plan: RunPlan) -> int:
+    """The run's env steps per env step of this host: its collectors' counts stand for every host's.
 
     Every host runs as many collectors of as many envs, in lockstep with the others (their counts
-    differ by at most a collector's lead), so the run's env steps and rate are this host's times the
-    hosts; the collectors' own per-collector figures stay this host's.
+    differ by at most a collector's lead), so the run's env steps and rate are this host's scaled by
+    the one rule, :attr:`RunPlan.env_steps_per_iteration` over this host's ``num_envs``; the
+    collectors' own per-collector figures stay this host's.
     """
-    return 1 if plan.hosts is None else plan.hosts.num_hosts
+    return plan.env_steps_per_iteration // plan.num_envs
 
 
 def engine_snapshot(
@@ -84,14 +85,14 @@ def engine_snapshot(
     """A :class:`Snapshot` with DESIGN.md's metric names from one engine stats tick.
 
     ``envs_per_collector`` turns one collector step into the run's env steps (this host's envs per
-    collector times the hosts, :func:`hosts_of`). ``previous`` is the tick of the previous snapshot:
-    the scalars of a source that has not reported since are the snapshot's ``stale`` ones
-    (:func:`stale_scalars`).
+    collector scaled to the run's, :func:`run_steps_per_host_step`). ``previous`` is the tick of the
+    previous snapshot: the scalars of a source that has not reported since are the snapshot's
+    ``stale`` ones (:func:`stale_scalars`).
     """
     s = stats.summary
     learners = list(stats.learners.values())
     collected: dict[str, float] = {  # from the collectors' latest snapshots
-        "perf/env_steps_per_s": s.steps_per_s * hosts_of(plan),
+        "perf/env_steps_per_s": s.steps_per_s * run_steps_per_host_step(plan),
         "async/policy_lag": float(s.max_policy_lag),
         "async/ring_fill": float(s.ring_fill),
         "async/weight_version": float(s.weight_version),
@@ -216,7 +217,7 @@ def run_async(
     spec = EngineSpec(
         run=plan.run, agent=plan.agent, options=plan.async_options, topology=topology, hosts=plan.hosts
     )
-    per_collector = topology.num_envs_per_collector * hosts_of(plan)  # env steps: the whole run's
+    per_collector = topology.num_envs_per_collector * run_steps_per_host_step(plan)  # the run's env steps
 
     reported_step = -1
     reported: EngineStats | None = None  # the tick of the last snapshot reported

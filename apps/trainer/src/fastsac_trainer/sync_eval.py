@@ -34,7 +34,7 @@ class InlineEvaluation:
     """
 
     def __init__(self, plan: RunPlan, settings: EvalSettings, start_iteration: int) -> None:
-        self._num_envs = plan.num_envs
+        self._env_steps_per_iteration = plan.env_steps_per_iteration
         run = plan.run
         self._policy = InferencePolicy(run.dims, plan.agent, device="cpu", deterministic=True)
         self._evaluator = Evaluator(
@@ -55,7 +55,8 @@ class InlineEvaluation:
         if report is None:
             return None
         return EvalPoint(
-            iteration=iteration, env_steps=iteration * self._num_envs, mean_return=report.mean_return,
-            mean_length=report.mean_length, best_return=report.best_return, seconds=report.seconds,
+            iteration=iteration, env_steps=iteration * self._env_steps_per_iteration,
+            mean_return=report.mean_return, mean_length=report.mean_length,
+            best_return=report.best_return, seconds=report.seconds,
             video=None if report.video is None else Path(report.video), video_error=report.video_error,
         )  # fmt: skip
