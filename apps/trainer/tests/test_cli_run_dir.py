@@ -303,6 +303,79 @@ def test_a_resume_into_a_folder_no_one_can_write_names_it_and_writes_nothing(tmp
     assert RunLayout(run_dir).config.read_text() == "a: 1\n", "nothing written"
 
 
+_READ_ONLY = Path("/sys/kernel/uevent_seqnum")
+"""A file no one can open for writing, root included (a read-only sysfs attribute)."""
+
+
+def test_a_resume_probes_only_the_files_a_run_writes(tmp_path: Path) -> None:
+    """A read-only plot or old clip does not refuse a resume; a read-only log the run appends to does."""
+    if not _READ_ONLY.is_file():
+        pytest.skip("no sysfs here: its read-only files are the ones no one can write, root included")
+    run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
+    release_run_dir(run_dir)
+    layout = RunLayout(run_dir)
+    layout.videos.mkdir()
+    for mine in (run_dir / "returns.png", layout.eval_clip(100), layout.best_checkpoint):
+        mine.symlink_to(_READ_ONLY)
+    assert create_run_dir(tmp_path, "r", "a: 2\n", resuming=True) == run_dir
+    release_run_dir(run_dir)
+    layout.log("learner0").symlink_to(_READ_ONLY)
+    with pytest.raises(TrainerAppError, match=f"must be writable and {layout.log('learner0')} is not"):
+        create_run_dir(tmp_path, "r", "a: 3\n", resuming=True)
+
+
+@pytest.mark.parametrize("default_name", [False, True], ids=["run_name", "default-name"])
+def test_a_new_run_folder_that_cannot_be_written_names_the_place_and_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, default_name: bool
+) -> None:
+    """A new run whose folder fails the write probe names what failed; nothing this launch made is kept."""
+    import errno
+    import tempfile
+
+    runs_root = tmp_path / "runs"
+    real = tempfile.TemporaryFile
+
+    def full_in_logs(*args: Any, dir: Any = None, **kwargs: Any) -> Any:
+        if dir is not None and Path(dir).name == "logs":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", full_in_logs)
+    with pytest.raises(TrainerAppError) as refused:
+        if default_name:
+            create_default_run_dir(runs_root, "pendulum", "a: 1\n", now=0.0)
+        else:
+            create_run_dir(runs_root, "r", "a: 1\n")
+    run_dir = runs_root / ("r" if not default_name else default_run_name("pendulum", 0.0))
+    assert str(refused.value) == (
+        f"runs_root='{runs_root}' is invalid: the new run folder {run_dir} must be writable and "
+        f"{RunLayout(run_dir).logs} is not (No space left on device); nothing of it was kept; choose a "
+        "folder you can write with runs_root=DIR"
+    )
+    assert not runs_root.exists(), "the run folder and the runs_root this launch made are gone"
+    monkeypatch.undo()
+    assert create_run_dir(runs_root, "r", "a: 1\n") == runs_root / "r", "nothing holds the name"
+    release_run_dir(runs_root / "r")
+
+
+def test_a_failed_new_run_keeps_a_folder_it_did_not_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's empty folder that fails the probe loses the launch's files, not the folder itself."""
+    import tempfile
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
+    with pytest.raises(TrainerAppError, match=f"must be writable and {run_dir} is not"):
+        create_run_dir(tmp_path, "r", "a: 1\n")
+    assert run_dir.is_dir() and not any(run_dir.iterdir())
+
+
 def _as_a_user() -> list[str]:
     """A command prefix under which permission bits bind a child as they bind a user (root's bypass gone)."""
     if os.geteuid() != 0:

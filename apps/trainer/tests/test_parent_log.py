@@ -5,7 +5,11 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TextIO
 
 import pytest
 
@@ -72,3 +76,122 @@ def test_an_error_that_ends_the_launch_is_logged_with_its_traceback(tmp_path: Pa
     ended = " ERROR trainer: ended: [Errno 28] No space left on device\nTraceback (most recent call last):"
     assert ended in text
     assert not [h for h in logging.getLogger().handlers if type(h).__module__ == ParentLog.__module__]
+
+
+_FULL = Path("/dev/full")
+
+
+@pytest.mark.skipif(not _FULL.exists(), reason="no /dev/full, whose every write is ENOSPC")
+def test_a_log_on_a_full_disk_is_said_once_and_the_launch_error_stays_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log that cannot be written raises nothing: one stderr line names it, the launch's error is kept."""
+    run_dir = _run_dir(tmp_path)
+    RunLayout(run_dir).parent_log.symlink_to(_FULL)
+    with pytest.raises(ValueError, match="the launch's own error"), ParentLog() as log:
+        _log.info("composed")
+        log.open(run_dir)
+        log.say("run folder: runs/r")
+        log.console("t").info("a console line")
+        _log.info("a record")
+        raise ValueError("the launch's own error")
+    captured = capsys.readouterr()
+    assert captured.out == "run folder: runs/r\n"
+    assert captured.err == (
+        f"warning: the run's log {RunLayout(run_dir).parent_log} could not be written (No space left on "
+        "device); the run goes on, the lines it could not take are missing from it\n"
+    )
+
+
+def test_a_log_that_cannot_be_opened_is_said_once_and_the_launch_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """open() into a folder without logs/ raises nothing; later lines are dropped without a word more."""
+    with ParentLog() as log:
+        log.open(tmp_path)
+        log.say("run folder: runs/r")
+        log.console("t").info("a console line")
+    err = capsys.readouterr().err
+    log_file = RunLayout(tmp_path).parent_log
+    assert err.startswith(f"warning: the run's log {log_file} could not be written ("), err
+    assert err.count("\n") == 1, err
+
+
+def test_a_record_of_another_thread_before_open_reaches_the_file(tmp_path: Path) -> None:
+    """What another thread logs before the run folder is known is written with the launch's own lines."""
+    with ParentLog() as log:
+        thread = threading.Thread(target=_log.info, args=("from a thread",))
+        thread.start()
+        thread.join(timeout=30)
+        log.open(_run_dir(tmp_path))
+    text = RunLayout(tmp_path).parent_log.read_text()
+    assert text.endswith(" INFO fastsac_trainer.test_parent_log: from a thread\n"), text
+
+
+class _SlowFile:
+    """A file whose first write by the thread ``slow`` calls ``meanwhile`` first: a write caught in flight."""
+
+    def __init__(self, file: TextIO, slow: threading.Thread, meanwhile: Callable[[], None]) -> None:
+        self._file = file
+        self._slow: threading.Thread | None = slow
+        self._meanwhile = meanwhile
+
+    def write(self, text: str) -> int:
+        if threading.current_thread() is self._slow:
+            self._slow = None
+            self._meanwhile()
+        return self._file.write(text)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _slow_log(monkeypatch: pytest.MonkeyPatch, slow: threading.Thread, meanwhile: Callable[[], None]) -> None:
+    """Make ``logs/trainer.log``, once opened, a :class:`_SlowFile`."""
+    real_open = Path.open
+
+    def slow_open(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        file = real_open(path, mode, *args, **kwargs)
+        return _SlowFile(file, slow, meanwhile) if path.name == "trainer.log" and mode == "a" else file
+
+    monkeypatch.setattr(Path, "open", slow_open)
+
+
+def test_a_record_of_another_thread_while_open_writes_the_kept_lines_follows_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record another thread logs while open() writes the lines it kept comes after them."""
+    other = threading.Thread(target=_log.info, args=("from a thread",))
+
+    def meanwhile() -> None:
+        other.start()
+        other.join(timeout=0.5)  # it waits for the handler's lock, which open() holds
+
+    _slow_log(monkeypatch, threading.current_thread(), meanwhile)
+    with ParentLog() as log:
+        log.write("kept before open")
+        log.open(_run_dir(tmp_path))
+        other.join(timeout=30)
+    lines = RunLayout(tmp_path).parent_log.read_text().splitlines()
+    assert lines[0] == "kept before open" and lines[1].endswith(": from a thread"), lines
+
+
+def test_an_emit_in_flight_when_the_launch_ends_is_written_before_the_file_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record another thread is writing while the log ends is written whole: no logging error."""
+    in_write = threading.Event()
+
+    def meanwhile() -> None:
+        in_write.set()
+        time.sleep(0.5)  # the log ends meanwhile: it waits for this write, holding the handler's lock
+
+    emitter = threading.Thread(target=_log.info, args=("in flight",))
+    _slow_log(monkeypatch, emitter, meanwhile)
+    with ParentLog() as log:
+        log.open(_run_dir(tmp_path))
+        emitter.start()
+        assert in_write.wait(timeout=30)
+    emitter.join(timeout=30)
+    assert "Logging error" not in capsys.readouterr().err
+    assert RunLayout(tmp_path).parent_log.read_text().endswith(": in flight\n")

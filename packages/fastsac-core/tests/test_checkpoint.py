@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import random
 import re
 from pathlib import Path
@@ -152,6 +153,42 @@ def test_a_write_out_of_space_is_one_line_naming_the_file_the_space_and_the_fix(
     ), line
     with pytest.raises(PermissionError), _space_checked(path):
         raise PermissionError(13, "Permission denied", str(path))  # not a full disk: left as it is
+
+
+def _torch_short_write(underneath: OSError | None) -> RuntimeError:
+    """Torch's error of a write that came up short, raised while ``underneath`` (the file's) was handled."""
+    try:
+        try:
+            if underneath is not None:
+                raise underneath
+        finally:
+            raise RuntimeError("[enforce fail at inline_container.cc:671] . unexpected pos 704 vs 598")
+    except RuntimeError as error:
+        return error
+
+
+@pytest.mark.parametrize(
+    ("underneath", "out_of_space"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), True),
+        (OSError(errno.EIO, "Input/output error"), False),
+        (OSError(errno.EFBIG, "File too large"), False),
+        (None, True),
+    ],
+    ids=["ENOSPC", "EDQUOT", "EIO", "EFBIG", "no-errno"],
+)
+def test_torch_s_short_write_is_out_of_space_by_the_errno_under_it(
+    tmp_path: Path, underneath: OSError | None, out_of_space: bool
+) -> None:
+    """The errno under torch's 'unexpected pos' decides (EIO is no full disk); its text only without one."""
+    from fastsac_core._checkpoint import _space_checked
+
+    error = _torch_short_write(underneath)
+    expected = CheckpointError if out_of_space else RuntimeError
+    with pytest.raises(expected) as info, _space_checked(tmp_path / "m.pt"):
+        raise error
+    assert (info.value is error) != out_of_space
 
 
 _FULL_DISK = """

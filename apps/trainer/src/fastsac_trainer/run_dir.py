@@ -91,12 +91,14 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
             discard_partial_checkpoints(RunLayout(run_dir).checkpoints)
             RunLayout(run_dir).config.write_text(config_yaml, encoding="utf-8")
         return run_dir
+    made = _missing(run_dir)
     with _writing(runs_root, run_dir), _held_or_released(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
-        if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml):
+        if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml, made):
             raise TrainerAppError(_taken(run_name, run_dir))
-        hold_run_dir(run_dir)
-        _make_layout(run_dir)
+        with _undone_on_failure(run_dir, made):
+            hold_run_dir(run_dir)
+            _make_layout(run_dir)
     return run_dir
 
 
@@ -125,17 +127,59 @@ def create_default_run_dir(runs_root: Path, task: str, config_yaml: str, *, now:
     base = default_run_name(task, now)
     for count in itertools.count(1):
         run_dir = runs_root / (base if count == 1 else f"{base}-{count}")
+        made = _missing(run_dir)
         with _writing(runs_root, run_dir):
             try:
                 run_dir.mkdir(parents=True)
             except FileExistsError:
                 continue
-            if _claim(run_dir, config_yaml):
+            if _claim(run_dir, config_yaml, made):
                 break
-    with _writing(runs_root, run_dir):
+    with _writing(runs_root, run_dir), _held_or_released(run_dir), _undone_on_failure(run_dir, made):
         hold_run_dir(run_dir)
         _make_layout(run_dir)
     return run_dir
+
+
+def _missing(run_dir: Path) -> list[Path]:
+    """``run_dir`` and those of its parents that do not exist (yet), innermost first."""
+    return list(itertools.takewhile(lambda folder: not folder.exists(), (run_dir, *run_dir.parents)))
+
+
+@contextlib.contextmanager
+def _undone_on_failure(run_dir: Path, made: list[Path]) -> Iterator[None]:
+    """Inside, a failure removes what this launch made of the new run ``run_dir``, which it claimed.
+
+    Everything in ``run_dir`` is this launch's (it claimed the folder empty); ``made`` are the folders
+    it created (:func:`_missing`), removed while empty: another run may have started in one meanwhile.
+    """
+    try:
+        yield
+    except BaseException:
+        _remove_claimed(run_dir, made)
+        raise
+
+
+def _remove_claimed(run_dir: Path, made: list[Path]) -> None:
+    """Empty the claimed ``run_dir``, then remove the folders of ``made`` (:func:`_remove_empty`)."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        for path in run_dir.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    _remove_empty(made)
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders of ``made`` (innermost first) while they are empty: a full one is another run's."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 _HELD: dict[Path, int] = {}
@@ -213,9 +257,19 @@ def _writing(runs_root: Path, run_dir: Path, *, resuming: bool = False) -> Itera
                 f"{named[0]}={named[1]!r} is invalid: {blocking} is a file, not a folder; choose another "
                 f"{named[0]}"
             ) from None
+        failed = None if error.filename is None else Path(error.filename)
+        if failed is not None and (run_dir in failed.parents or (failed == run_dir and run_dir.is_dir())):
+            # The run folder was there, but a run cannot write it as it would (what this launch made of
+            # it is removed by now: _undone_on_failure).
+            raise TrainerAppError(
+                f"runs_root={str(runs_root)!r} is invalid: the new run folder {run_dir} must be writable and "
+                f"{failed} is not ({reason}); nothing of it was kept; choose a folder you can write with "
+                "runs_root=DIR"
+            ) from None
+        what = "" if failed is None or failed == run_dir else f"{failed}: "
         raise TrainerAppError(
             f"runs_root={str(runs_root)!r} is invalid: the run folder {run_dir} cannot be created there "
-            f"({reason}); choose a folder you can write with runs_root=DIR"
+            f"({what}{reason}); choose a folder you can write with runs_root=DIR"
         ) from None
 
 
@@ -230,11 +284,12 @@ def _check_writable(run_dir: Path) -> None:
     """Raise the ``OSError`` of the first place in ``run_dir`` a run would write and cannot, if any.
 
     A run creates files in the run folder and in each of its sub-folders (TensorBoard's event files,
-    the logs, an error log, a checkpoint by its rename) and appends to or rewrites the files already
-    in them (``config.yaml``, ``overrides.txt``, the logs); a checkpoint or replay file is only ever
-    replaced by a rename, so the files of ``checkpoints/`` need not be writable themselves. Each is
-    tried as the run does it (a nameless temporary file, an open for appending that writes nothing):
-    permission bits say nothing to root, nor of a read-only mount. Checked when the run folder is
+    the logs, an error log, a checkpoint by its rename, a clip), and appends to or rewrites only some
+    of the files already there (:func:`_rewritten`). Each folder is tried by a nameless temporary
+    file, each of those files by an open for appending that writes nothing: as the run does it, since
+    permission bits say nothing to root, nor of a read-only mount. Nothing else is opened: a
+    checkpoint or replay file is only ever replaced by a rename, and a file of the user's (a plot)
+    or an old clip is never written, so either may well be read-only. Checked when the run folder is
     taken, so that a folder a run cannot write is refused before any work starts, never after it.
     """
     import tempfile
@@ -247,20 +302,36 @@ def _check_writable(run_dir: Path) -> None:
             tempfile.TemporaryFile(dir=folder).close()
         except OSError as error:  # named by the folder, not by the temporary file's random name
             raise OSError(error.errno, error.strerror, str(folder)) from None
-        if folder == layout.checkpoints:
-            continue
-        for path in folder.iterdir():
-            if path.is_file():
-                os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    for path in _rewritten(layout):
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
 
 
-def _claim(run_dir: Path, config_yaml: str) -> bool:
-    """Create ``config.yaml`` exclusively: False when another run created it first."""
+def _rewritten(layout: RunLayout) -> list[Path]:
+    """The files of a run folder a run appends to or rewrites: config, overrides, logs, events, errors."""
+    found = [
+        layout.config,
+        layout.overrides,
+        *layout.logs.glob("*.log"),
+        *layout.events.glob("events.out.tfevents.*"),
+        *(layout.errors.iterdir() if layout.errors.is_dir() else ()),
+    ]
+    return [path for path in found if path.is_file()]
+
+
+def _claim(run_dir: Path, config_yaml: str, made: list[Path]) -> bool:
+    """Create ``config.yaml`` exclusively: False when another run created it first.
+
+    A write that fails removes what this launch made (the file, and the folders of ``made``).
+    """
     try:
-        with RunLayout(run_dir).config.open("x", encoding="utf-8") as file:
-            file.write(config_yaml)
+        file = RunLayout(run_dir).config.open("x", encoding="utf-8")
     except FileExistsError:
         return False
+    except OSError:
+        _remove_empty(made)
+        raise
+    with _undone_on_failure(run_dir, made), file:
+        file.write(config_yaml)
     return True
 
 

@@ -276,13 +276,24 @@ def load_checkpoint(
 
 _NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _TORCH_WRITE_FAILED = ("unexpected pos", "file write failed")
-"""What torch's zip writer says when a write into its file came up short (it drops the errno)."""
+"""What torch's zip writer says when a write into its file came up short, whatever the reason."""
 
 
 def _out_of_space(error: BaseException) -> bool:
-    """Whether ``error`` of a write is the filesystem (or the user's quota) running out of space."""
-    if isinstance(error, OSError):
-        return error.errno in _NO_SPACE_ERRNOS
+    """Whether ``error`` of a write is the filesystem (or the user's quota) running out of space.
+
+    The first ``OSError`` with an errno along ``error``'s causes and contexts decides: torch's writer
+    raises its ``RuntimeError`` while the file's own ``OSError`` is handled, so that error is there when
+    torch wrote into a Python file. Only with no errno anywhere (torch opened the file itself and
+    dropped it) does torch's "came up short" text count, as a short write is then most likely a full disk.
+    """
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno is not None:
+            return link.errno in _NO_SPACE_ERRNOS
+        link = link.__cause__ or link.__context__
     return isinstance(error, RuntimeError) and any(text in str(error) for text in _TORCH_WRITE_FAILED)
 
 
