@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from fastsac_async.run_layout import RunLayout
-from fastsac_core import EnvOutputError
+from fastsac_core import EnvCall, EnvOutputError
 from fastsac_trainer.api import hydra_value
 from fastsac_trainer.cli import main
 from fastsac_trainer.config.compose import compose_config
@@ -118,6 +118,24 @@ def test_an_observation_of_another_shape_and_an_env_without_a_time_limit_are_one
     MujocoBatchedEnv("EndlessQA-v0", 2, seed=0, keep_wrappers=True, max_episode_steps=10).close()
 
 
+def test_the_adapters_refusals_are_one_line_that_every_trainer_passes_as_it_is() -> None:
+    """A step before reset or actions of another shape: an EnvOutputError, never "step() raised TaskError"."""
+    _register()
+    env = MujocoBatchedEnv("KeeperQA-v0", 2, seed=0, keep_wrappers=True)
+    stepping = EnvCall(env, "step")  # the one rule of which exceptions are the env's own
+    with pytest.raises(TaskError, match=r"step\(\) on KeeperQA-v0 before reset\(\)") as caught, stepping:
+        env.step(np.zeros((2, 1), np.float32))
+    assert isinstance(caught.value, EnvOutputError)
+    env.reset()
+    with (
+        pytest.raises(TaskError, match=r"^actions of shape \(2, 3\) for 2 envs of KeeperQA-v0") as caught,
+        stepping,
+    ):
+        env.step(np.zeros((2, 3), np.float32))
+    assert isinstance(caught.value, EnvOutputError)
+    env.close()
+
+
 @pytest.fixture
 def faulty_dir(point_env_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """``faulty_env.py`` beside the wiki's ``point_env.py``, both importable here; forgotten after."""
@@ -146,7 +164,8 @@ def _main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str
         ("{fault:shape}", "Faulty's step() returned observations of shape (1, 3); it must be (1, 2)"),
         (
             "{fault:raise}",
-            "first reset and step: ValueError: the simulator blew up (raised at faulty_env.py:",
+            "first reset and step: Faulty's step() raised ValueError: the simulator blew up "
+            "(raised at faulty_env.py:",
         ),
     ],
 )

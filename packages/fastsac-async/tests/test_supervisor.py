@@ -20,6 +20,8 @@ from fastsac_async.testing import (
     probing_worker,
     sleeping_worker,
 )
+from fastsac_async.worker_process import RecordedException, record_failure, recorded_exception
+from fastsac_core import EnvCall, EnvCallError
 
 
 def _wait_exit(sup: Supervisor, timeout_s: float) -> list[str]:
@@ -47,6 +49,47 @@ def test_exception_writes_traceback_and_names_the_worker(tmp_path: Path) -> None
     assert message.startswith("worker collector3 raised RuntimeError: boom in env (exited with code 1); ")
     assert str(error_log) in message
     assert "boom in env" in RunLayout(tmp_path).log("collector3").read_text()
+
+
+def _raised(error: BaseException) -> BaseException:
+    """``error`` as a worker catches it: raised, with its traceback."""
+    try:
+        raise error
+    except BaseException as caught:
+        return caught
+
+
+def test_the_error_log_header_marks_an_envs_exception_and_no_wording_can_pass_for_one(
+    tmp_path: Path,
+) -> None:
+    """A type named with ``<locals>`` in it still says "raised"; an env's line (EnvCall's) says it itself."""
+
+    class StoreLostError(RuntimeError):
+        pass
+
+    sup = Supervisor(tmp_path)
+    error_log = RunLayout(tmp_path).error_log("learner0")
+    record_failure(tmp_path, "learner0", _raised(StoreLostError("the store is gone")))
+    recorded = recorded_exception(error_log)
+    assert recorded is not None and not recorded.in_env, recorded
+    assert recorded.line.endswith("<locals>.StoreLostError: the store is gone"), recorded.line
+    message = str(sup.failure(WorkerExit("learner0", 1)))
+    assert message.startswith(f"worker learner0 raised {recorded.line} (exited with code 1); "), message
+
+    class Env:
+        env_id = "Pendulum-v1"
+
+    with pytest.raises(EnvCallError) as caught, EnvCall(Env(), "step"):  # type: ignore[arg-type]
+        raise ValueError("bad action")
+    env_error = caught.value
+    assert str(env_error).startswith("Pendulum-v1's step() raised ValueError: bad action (raised at ")
+    record_failure(tmp_path, "collector0", env_error)
+    error_log = RunLayout(tmp_path).error_log("collector0")
+    header = error_log.read_text().splitlines()[0]
+    assert header == f"collector0 (pid {os.getpid()}) failed in its env: {env_error}", header
+    assert recorded_exception(error_log) == RecordedException(str(env_error), in_env=True)
+    message = str(sup.failure(WorkerExit("collector0", 1)))
+    assert message.startswith(f"worker collector0 failed: {env_error} (exited with code 1); "), message
 
 
 def test_sigkill_is_reported_as_a_signal_and_shutdown_is_bounded(tmp_path: Path) -> None:

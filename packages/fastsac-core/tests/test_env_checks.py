@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import re
+import traceback
 from dataclasses import replace
 
 import numpy as np
@@ -147,6 +150,26 @@ def test_an_env_exception_is_one_line_naming_the_env_the_call_the_error_and_its_
         fault = env_fault(error)
     assert len(fault) < 220 and "x…" in fault and fault.endswith("in _raise)"), fault
     assert env_fault(KeyError()) == "KeyError", "no message, never raised: the type alone"
+
+
+def _reshape_wrongly() -> None:
+    np.reshape(np.zeros(3), (2, 2))  # numpy raises, several of its own frames below this line
+
+
+def test_the_place_is_the_users_line_not_the_library_frame_that_raised() -> None:
+    """The innermost frame outside the library: numpy's error names the user's line, not its _wrapfunc."""
+    with pytest.raises(EnvCallError) as caught, EnvCall(_Env(), "step"):  # type: ignore[arg-type]
+        _reshape_wrongly()
+    innermost = traceback.extract_tb(caught.value.__cause__.__traceback__)[-1]  # type: ignore[union-attr]
+    assert "numpy" in innermost.filename, "the exception was raised inside numpy"
+    line = inspect.getsourcelines(_reshape_wrongly)[1] + 1
+    said = str(caught.value)
+    assert said.endswith(f"(raised at test_env_checks.py:{line} in _reshape_wrongly)"), said
+    try:  # only library code below the catcher (an installed env): the innermost frame, not the caller
+        json.loads("{")
+    except ValueError as error:
+        fault = env_fault(error)
+    assert re.search(r"\(raised at decoder\.py:\d+ in raw_decode\)$", fault), fault
 
 
 def test_env_call_turns_the_envs_own_exception_into_one_line_and_lets_ours_pass() -> None:

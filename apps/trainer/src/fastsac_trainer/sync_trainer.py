@@ -31,13 +31,12 @@ touch training.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import random
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -49,15 +48,14 @@ from fastsac_core import (
     F32,
     BatchedEnv,
     CheckpointError,
+    EnvCall,
     EnvCallError,
     FastSACAgent,
-    FastSACCoreError,
     ReplayBuffer,
     ReplaySaver,
     ResumableEnv,
     check_reset,
     check_step,
-    env_raised,
     learning_started,
     load_checkpoint,
     load_replay,
@@ -67,11 +65,10 @@ from fastsac_core import (
 )
 from fastsac_trainer._episode_stats import EpisodeStats
 from fastsac_trainer.boot_clock import BootClock
-from fastsac_trainer.config.exceptions import EnvError, TrainerAppError
+from fastsac_trainer.config.exceptions import EnvError
 from fastsac_trainer.plan import RunPlan
 from fastsac_trainer.reporting import EvalLog, Reporter, Snapshot, replay_reuse, time_left
 from fastsac_trainer.sync_eval import InlineEvaluation
-from fastsac_trainer.tasks.exceptions import TaskError
 
 __all__ = ["SyncResult", "run_sync"]
 
@@ -145,19 +142,19 @@ def _resume(plan: RunPlan, agent: FastSACAgent) -> tuple[int, float]:
 def _start_envs(plan: RunPlan, agent: FastSACAgent, env: BatchedEnv, iteration: int) -> tuple[F32, F32]:
     """Restore a resume's replay file into ``agent.buffer``; continue or reset the envs.
 
-    See Note [exact sync resume].
+    See Note [exact sync resume]. The envs' calls go through ``fastsac_core.EnvCall``.
     """
     source = plan.run.replay_to_resume(0)
     if source is None or not source.is_file():
         if plan.run.resume_from is not None:
             why = "algo.trainer.save_replay=false" if source is None else f"no {source.name} beside it"
             log.info("learning restarts from an empty replay buffer (%s)", why)
-        return env.reset()
+        return _reset(env)
     try:
         info = load_replay(source, agent.buffer)
     except CheckpointError as exc:
         log.warning("%s; learning restarts from an empty replay buffer", exc)
-        return env.reset()
+        return _reset(env)
     state = info.extra.get("env")
     exact = info.gstep == iteration and state is not None and isinstance(env, ResumableEnv)
     log.info(
@@ -167,50 +164,29 @@ def _start_envs(plan: RunPlan, agent: FastSACAgent, env: BatchedEnv, iteration: 
     )  # fmt: skip
     if exact:
         assert isinstance(env, ResumableEnv) and state is not None
-        return env.restore_state(state)
+        with EnvCall(env, "restore_state"):
+            return env.restore_state(state)
     agent.buffer.cut_episodes()
-    return env.reset()
+    return _reset(env)
 
 
-@contextlib.contextmanager
-def _env_call(env: BatchedEnv, call: str, layout: RunLayout) -> Iterator[None]:
-    """An exception the env's own code raises in ``call`` becomes one line naming the env and the place.
+def _reset(env: BatchedEnv) -> tuple[F32, F32]:
+    with EnvCall(env, "reset"):
+        return env.reset()
 
-    The line is ``fastsac_core.env_raised``'s, as an asynchronous collector says it. The traceback goes
-    to ``async_errors/trainer_error.log`` of the run (where a worker's would be), and the run stops as a
-    worker's failure stops an asynchronous one.
 
-    Raises:
-        EnvError: The env raised; the message names it, the error, where it was raised and the file.
+def _stopped_by_env(layout: RunLayout, error: EnvCallError) -> EnvError:
+    """The run's end by an env's own exception: its line, and the file its traceback was written to.
+
+    The line is ``fastsac_core.EnvCall``'s (``env_raised``), as an asynchronous collector says it, from
+    a training env's call or an evaluation's. The traceback goes to ``async_errors/trainer_error.log``
+    of the run (where a worker's would be), and the run stops as a worker's failure stops an
+    asynchronous one.
     """
-    try:
-        yield
-    except (TrainerAppError, FastSACCoreError, TaskError):  # already one line
-        raise
-    except Exception as error:
-        path = _write_traceback(layout, error)
-        raise EnvError(f"{env_raised(env, call, error)}; the run stopped (traceback: {path})") from error
-
-
-@contextlib.contextmanager
-def _evaluation_envs(layout: RunLayout) -> Iterator[None]:
-    """An evaluation env's own exception (``EnvCallError``: its line) stops the run as :func:`_env_call` does.
-
-    Raises:
-        EnvError: The evaluation's env raised; the message names it, the error, where, and the file.
-    """
-    try:
-        yield
-    except EnvCallError as error:
-        raise EnvError(f"{error}; the run stopped (traceback: {_write_traceback(layout, error)})") from error
-
-
-def _write_traceback(layout: RunLayout, error: BaseException) -> Path:
-    """Write ``error``'s traceback to the run's ``async_errors/trainer_error.log``; its path."""
     path = layout.error_log("trainer")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(traceback.format_exception(error)), encoding="utf-8")
-    return path
+    return EnvError(f"{error}; the run stopped (traceback: {path})")
 
 
 def _env_state(env: BatchedEnv) -> dict[str, object]:
@@ -300,9 +276,9 @@ def run_sync(
     evals = EvalLog(reporter, clip_log=plan.run.layout.parent_log)
     report = evals.report
 
+    stepping = EnvCall(env, "step")  # what the envs' own code raises leaves as one line (below)
     try:
-        with _env_call(env, "reset", plan.run.layout):
-            obs, critic_obs = _start_envs(plan, agent, env, iteration)
+        obs, critic_obs = _start_envs(plan, agent, env, iteration)
         check_reset(env, obs, critic_obs)
         # The protocol keeps step arrays valid only until the next step, so the pre-step obs the
         # buffer needs is copied (~10 µs) rather than relied on (MujocoBatchedEnv would keep it).
@@ -335,7 +311,7 @@ def run_sync(
             if held_critic_obs is not held_obs:
                 np.copyto(held_critic_obs, critic_obs)
             t1 = time.perf_counter()
-            with _env_call(env, "step", plan.run.layout):
+            with stepping:
                 result = env.step(actions)
             check_step(env, result)
             t2 = time.perf_counter()
@@ -368,10 +344,7 @@ def run_sync(
             for name, seconds in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 interval.stage_s[name] += seconds
             interval.iterations += 1
-            with _evaluation_envs(plan.run.layout):
-                point = (
-                    None if evaluation is None else evaluation.maybe_evaluate(iteration, agent, should_stop)
-                )
+            point = None if evaluation is None else evaluation.maybe_evaluate(iteration, agent, should_stop)
             if point is not None:
                 evals.add(point)
 
@@ -393,6 +366,8 @@ def run_sync(
             reporter.checkpoint_saved(last_checkpoint)
         if iteration > start_iteration:  # the buffer of the final checkpoint, with the envs' state
             replay.save_now(agent.buffer, iteration, lambda: _env_state(env))
+    except EnvCallError as error:  # a training env's call or an evaluation's (evaluate_policy)
+        raise _stopped_by_env(plan.run.layout, error) from error
     finally:
         agent.close()  # a background compile still running (Note [Compile in the background])
         replay.wait()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 from pathlib import Path
 
@@ -45,17 +44,13 @@ class AsyncConfigError(AsyncEngineError, ValueError):
         )
 
 
-_TYPE_FIRST = re.compile(r"[^\W\d][\w.]*(: |$)")
-"""An exception line that starts with the exception's type (``ValueError: bad``), not with the env whose
-exception it says (``Pendulum-v1's step() raised ...``: Note [error log header] in
-:mod:`fastsac_async.worker_process`)."""
-
-
 class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the issue use)
     """A worker process exited unexpectedly; the run was stopped.
 
     Its message is ``worker <worker> <reason>`` (``worker <worker> failed: <reason>`` when the reason
     starts with an env's exception: ``worker collector0 failed: Pendulum-v1's step() raised ...``).
+    Which of the two it is, the worker's error log says (``in_env``: Note [error log header] in
+    :mod:`fastsac_async.worker_process`), never the line's wording.
 
     Attributes:
         worker: Name of the worker (``collector1``, ``learner0``).
@@ -67,6 +62,7 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
         error: The exception it raised, one line (``ValueError: bad action``, or an env's exception as
             ``Pendulum-v1's step() raised ValueError: bad action (raised at myenv.py:49 in step)``); None
             when it wrote none (killed by a signal).
+        in_env: Whether ``error`` is an env's exception (its line says "raised" already).
         reason: What happened, without the worker's name: the exception, the exit status, when, and
             where the traceback and the log are.
     """
@@ -80,6 +76,7 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
         *,
         during_boot: bool = False,
         error: str | None = None,
+        in_env: bool = False,
         detail: str = "",
     ) -> None:
         self.worker = worker
@@ -88,9 +85,9 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
         self.log_path = log_path
         self.during_boot = during_boot
         self.error = error
+        self.in_env = in_env = error is not None and in_env
         status = describe_exit(exitcode)
-        env_line = error is not None and _TYPE_FIRST.match(error) is None  # an env's: "raised" is in it
-        what = status if error is None else f"{'' if env_line else 'raised '}{error} ({status})"
+        what = status if error is None else f"{'' if in_env else 'raised '}{error} ({status})"
         self.reason = (
             what
             + (" during start-up" if during_boot else "")
@@ -103,7 +100,7 @@ class WorkerFailed(AsyncEngineError):  # noqa: N818 (the name the app and the is
             )
             + f"; its log is {log_path}"
         )
-        super().__init__(f"worker {worker} {'failed: ' if env_line else ''}{self.reason}")
+        super().__init__(f"worker {worker} {'failed: ' if in_env else ''}{self.reason}")
 
 
 class BootTimeoutError(AsyncEngineError):

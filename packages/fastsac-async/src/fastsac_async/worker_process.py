@@ -20,11 +20,13 @@
 # Note [error log header]
 A worker's error log starts with one line, ``<worker> (pid <pid>) failed: <exception line>``, the
 exception line being :func:`exception_line` (``ValueError: bad action``), then the traceback. An
-exception of an env's own code is its one line instead (``fastsac_core.EnvCallError``: ``Pendulum-v1's
-step() raised ValueError: bad action (raised at myenv.py:49 in step)``): it names the env's exception
-itself and starts with the env, never with a type, which is how the parent tells the two apart
-(:class:`~fastsac_async.exceptions.WorkerFailed`). The parent reads that line back
-(:func:`recorded_exception`) once the worker has exited, to name the error on the console. The file,
+exception of an env's own code (``fastsac_core.EnvCallError``) is marked in the header itself:
+``<worker> (pid <pid>) failed in its env: <line>``, the line being the error's own, which names the
+env's exception (``Pendulum-v1's step() raised ValueError: bad action (raised at myenv.py:49 in
+step)``). The parent reads the line back with the marker (:func:`recorded_exception`: a
+:class:`RecordedException`) once the worker has exited, to name the error on the console; the marker,
+never the line's wording, tells it whether "raised" is already said
+(:class:`~fastsac_async.exceptions.WorkerFailed`'s ``in_env``). The file,
 not a message on a queue, carries it: it is written synchronously before the worker unwinds
 (:func:`record_failure`), by every kind of worker, also when its teardown is cut short or its stats
 queue is full, and it is the file the console line points to, so the two cannot disagree. A worker
@@ -61,7 +63,7 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -81,6 +83,7 @@ from shm_transport import HandshakeAborted
 __all__ = [
     "PROFILE_BOOT_ENV",
     "BootTimeline",
+    "RecordedException",
     "bind",
     "collector_name",
     "evaluator_name",
@@ -216,6 +219,8 @@ _recorded: list[BaseException] = []
 
 _FAILED = " failed: "
 """What separates the worker from the exception line in an error log's header (Note [error log header])."""
+_FAILED_IN_ENV = " failed in its env: "
+"""What separates the worker from an env's exception line in an error log's header (the same Note)."""
 _EXCEPTION_LINE_MAX = 300
 """Longest exception line (characters) an error log's header keeps; the traceback keeps all of it."""
 
@@ -241,15 +246,28 @@ def exception_line(exc: BaseException) -> str:
     return line if len(line) <= _EXCEPTION_LINE_MAX else line[: _EXCEPTION_LINE_MAX - 1] + "…"
 
 
-def recorded_exception(error_log: Path) -> str | None:
-    """The exception line of a worker's error log (Note [error log header]); None without one."""
+class RecordedException(NamedTuple):
+    """The exception a worker's error log names (Note [error log header])."""
+
+    line: str
+    """Its one line: :func:`exception_line`."""
+    in_env: bool
+    """Whether an env's own code raised it (``fastsac_core.EnvCallError``): the line names the env's
+    exception (``Pendulum-v1's step() raised ...``) rather than starting with its type."""
+
+
+def recorded_exception(error_log: Path) -> RecordedException | None:
+    """The exception a worker's error log names (Note [error log header]); None without one."""
     try:
         with error_log.open(encoding="utf-8", errors="replace") as file:
             header = file.readline().rstrip("\n")
     except OSError:
         return None
-    _, found, line = header.partition(_FAILED)
-    return line if found and line else None
+    _, _, after = header.partition(")")  # "<worker> (pid <pid>)": the marker follows at once
+    for marker, in_env in ((_FAILED, False), (_FAILED_IN_ENV, True)):
+        if after.startswith(marker) and len(after) > len(marker):
+            return RecordedException(after[len(marker) :], in_env)
+    return None
 
 
 def record_failure(run_dir: Path, name: str, exc: BaseException) -> None:
@@ -261,7 +279,8 @@ def record_failure(run_dir: Path, name: str, exc: BaseException) -> None:
     path = RunLayout(run_dir).error_log(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(traceback.format_exception(exc))
-    path.write_text(f"{name} (pid {os.getpid()}){_FAILED}{exception_line(exc)}\n{text}")
+    marker = _FAILED_IN_ENV if isinstance(exc, EnvCallError) else _FAILED
+    path.write_text(f"{name} (pid {os.getpid()}){marker}{exception_line(exc)}\n{text}")
     _log.error("%s failed; traceback written to %s\n%s", name, path, text.rstrip())
     _recorded.append(exc)
 

@@ -10,11 +10,17 @@ was seen and what the protocol (``fastsac_core.env``) asks.
 An exception the env's own code raises is one line too, worded here once for every trainer
 (:func:`env_raised`): the env, the call, the exception and the user's file and line it was raised at,
 which a one-line error would otherwise lose with the traceback. :class:`EnvCall` raises it as an
-:class:`~fastsac_core.EnvCallError` around a collector's, an evaluation's and the probe's calls.
+:class:`~fastsac_core.EnvCallError` around the env calls of a collector, an evaluation, the
+synchronous trainer and the app's probe of a task's env (``reset`` and ``step``; a resume's
+``restore_state``, the probe's ``sample_actions``). It is also the one rule of which exceptions are
+the env's: any ``Exception`` but a ``FastSACCoreError`` (ours, or an env adapter's ``EnvOutputError``,
+already one line).
 """
 
 from __future__ import annotations
 
+import os
+import sysconfig
 import traceback
 from pathlib import Path
 from types import TracebackType
@@ -36,23 +42,56 @@ def env_label(env: BatchedEnv) -> str:
     return env_id if isinstance(env_id, str) and env_id else type(env).__name__
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """This interpreter's standard library and installed packages (as named and resolved), with a ``/``."""
+    paths = sysconfig.get_paths()
+    named = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.join(path, "") for path in named | {os.path.realpath(path) for path in named})
+
+
+_LIBRARY_DIRS = _library_dirs()
+
+
+def _in_library(filename: str) -> bool:
+    """Whether a frame's file is the standard library's or an installed package's, not the user's."""
+    parts = Path(filename).parts
+    return (
+        filename.startswith(_LIBRARY_DIRS)
+        or "site-packages" in parts
+        or "dist-packages" in parts
+        or filename.startswith("<frozen ")
+    )
+
+
+def _raised_at(frames: traceback.StackSummary) -> traceback.FrameSummary:
+    """The frame an env's exception is said to be raised at: the user's code, not a library's.
+
+    The innermost frame outside the standard library and installed packages (a user env that calls
+    ``np.reshape`` wrongly: its own line, not numpy's ``_wrapfunc``), of those below the first, which
+    caught it (where there are more: the trainer's line that called the env is never the place); the
+    innermost frame where every one is a library's.
+    """
+    called = frames[1:] or frames
+    return next((frame for frame in reversed(called) if not _in_library(frame.filename)), frames[-1])
+
+
 def env_fault(error: BaseException) -> str:
     """An exception an env's own code raised, as one line: its type, its first line and where it was raised.
 
     E.g. ``ValueError: bad action (raised at myenvs.py:49 in step)``: the user's file and line, which a
     one-line error would otherwise lose with the traceback (an exception without a message is its type
-    alone). A first line over 160 characters is cut (the traceback keeps all of it), so the place always
-    stays on the line.
+    alone). The place is the innermost frame of the user's code, not of a library it called
+    (:func:`_raised_at`). A first line over 160 characters is cut (the traceback keeps all of it), so
+    the place always stays on the line.
     """
     first = str(error).splitlines()[0] if str(error) else ""
     if len(first) > _MESSAGE_MAX:
         first = first[: _MESSAGE_MAX - 1] + "…"
     frames = traceback.extract_tb(error.__traceback__)
-    where = (
-        f" (raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})"
-        if frames
-        else ""
-    )
+    where = ""
+    if frames:
+        at = _raised_at(frames)
+        where = f" (raised at {Path(at.filename).name}:{at.lineno} in {at.name})"
     return f"{type(error).__name__}{': ' + first if first else ''}{where}"
 
 
@@ -68,9 +107,11 @@ class EnvCall:
     """``with EnvCall(env, "step"): env.step(actions)``: what the env's own code raises leaves as one line.
 
     An exception of the env's code leaves as an :class:`~fastsac_core.EnvCallError` whose message is
-    :func:`env_raised`, raised ``from`` it; one of ours (a ``FastSACCoreError``, already one line)
-    and a ``BaseException`` that is no ``Exception`` (``KeyboardInterrupt``) pass as they are. Make one
-    per env and call and reuse it: entering it allocates nothing, so a collector steps through one.
+    :func:`env_raised`, raised ``from`` it; one of ours (a ``FastSACCoreError``, already one line: an
+    env adapter's refusal of what breaks the protocol is an ``EnvOutputError``) and a ``BaseException``
+    that is no ``Exception`` (``KeyboardInterrupt``) pass as they are. This is the one rule of which
+    exceptions are the env's; every trainer and the app's probe ask it. Make one per env and call and
+    reuse it: entering it allocates nothing, so a collector steps through one.
 
     Args:
         env: The env whose code runs inside.

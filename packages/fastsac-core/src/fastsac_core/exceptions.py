@@ -57,7 +57,12 @@ class CheckpointError(FastSACCoreError):
 
 
 class EnvOutputError(FastSACCoreError, ValueError):
-    """A batched env returned arrays that break its protocol: a shape, a flag's dtype, a NaN, an infinity."""
+    """A batched env returned arrays that break its protocol: a shape, a flag's dtype, a NaN, an infinity.
+
+    An env adapter's own refusal of what breaks the protocol (a gymnasium env's observation of another
+    shape than its space's, a ``step`` before ``reset``) is one too: already one line, which
+    :class:`~fastsac_core.EnvCall` passes as it is rather than as an exception of the env's code.
+    """
 
 
 class EnvCallError(FastSACCoreError):

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from fastsac_core import EnvDims, EnvFactory, EnvOutputError, check_reset, check_step, env_fault
+from fastsac_core import (
+    EnvCall,
+    EnvCallError,
+    EnvDims,
+    EnvFactory,
+    EnvOutputError,
+    check_reset,
+    check_step,
+)
 from fastsac_trainer.tasks._mujoco_env import MujocoBatchedEnv
 from fastsac_trainer.tasks.exceptions import TaskError
 
@@ -96,7 +104,8 @@ def probe_dims(factory: EnvFactory) -> EnvDims:
     The batch is also reset and stepped once with random actions, its arrays checked
     (``fastsac_core.check_reset``, ``check_step``): an env that returns the wrong shapes, flags that
     are not booleans or non-finite numbers on its first step is refused here, in one line, before
-    any process starts.
+    any process starts. Its calls go through ``fastsac_core.EnvCall``, as a trainer's do: what is the
+    env's own exception is decided there, once.
 
     Raises:
         TaskError: Its reset or step raised, or returned what the protocol does not allow.
@@ -104,16 +113,21 @@ def probe_dims(factory: EnvFactory) -> EnvDims:
     env = factory(1, 0)
     try:
         try:
-            obs, critic_obs = env.reset()
+            with EnvCall(env, "reset"):
+                obs, critic_obs = env.reset()
             check_reset(env, obs, critic_obs)
-            check_step(env, env.step(env.sample_actions()))
-        except TaskError:
+            with EnvCall(env, "sample_actions"):
+                actions = env.sample_actions()
+            with EnvCall(env, "step"):
+                result = env.step(actions)
+            check_step(env, result)
+        except TaskError:  # the gymnasium adapter's refusal (an EnvOutputError): names the env already
             raise
         except EnvOutputError as error:
             raise TaskError(f"the task's env is invalid: {error}") from None
-        except Exception as error:  # the env's own code raises any type: one line, where it was raised
+        except EnvCallError as error:  # the env's own code raised: its line, where it was raised
             raise TaskError(
-                f"the task's env failed its first reset and step: {env_fault(error)}; fix the env"
+                f"the task's env failed its first reset and step: {error}; fix the env"
             ) from error
         return env.dims
     finally:

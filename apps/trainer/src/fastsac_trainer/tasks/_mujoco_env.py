@@ -41,7 +41,7 @@ import torch
 
 from fastsac_core import EnvDims, StepResult
 from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
-from fastsac_trainer.tasks.exceptions import EnvSpaceError, TaskError, kwargs_fault
+from fastsac_trainer.tasks.exceptions import EnvProtocolError, EnvSpaceError, TaskError, kwargs_fault
 
 __all__ = ["MujocoBatchedEnv", "check_spaces", "env_seeds"]
 
@@ -295,11 +295,14 @@ class MujocoBatchedEnv:
 
         Returns:
             The step's :class:`StepResult` (obs: see Note [obs double buffering]).
+
+        Raises:
+            EnvProtocolError: A step before ``reset``, or actions of another shape (one line).
         """
         if not self._has_reset:
-            raise TaskError(f"step() on {self._env_id} before reset(); call reset() once first")
+            raise EnvProtocolError(f"step() on {self._env_id} before reset(); call reset() once first")
         if actions.shape != self._action_shape:
-            raise TaskError(
+            raise EnvProtocolError(
                 f"actions of shape {actions.shape} for {self.num_envs} envs of {self._env_id}; "
                 f"pass an array of shape {self._action_shape}"
             )
@@ -371,10 +374,10 @@ class MujocoBatchedEnv:
         """Continue from :meth:`save_state` of a batch of the same task and size; returns (obs, obs).
 
         Raises:
-            TaskError: The state is of another task or batch size.
+            EnvProtocolError: The state is of another task or batch size.
         """
         if state["env_id"] != self._env_id or len(state["envs"]) != self.num_envs:
-            raise TaskError(
+            raise EnvProtocolError(
                 f"the saved env state is of {len(state['envs'])} x {state['env_id']}, not {self.num_envs} x "
                 f"{self._env_id}; resume with the task and task.num_envs it was saved with"
             )

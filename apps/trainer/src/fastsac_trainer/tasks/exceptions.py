@@ -8,19 +8,25 @@ from typing import Any
 
 from fastsac_core import EnvOutputError
 
-__all__ = ["EnvSpaceError", "TaskError", "UnknownTaskError", "kwargs_fault"]
+__all__ = ["EnvProtocolError", "EnvSpaceError", "TaskError", "UnknownTaskError", "kwargs_fault"]
 
 
 class TaskError(ValueError):
     """A task or environment setting is invalid."""
 
 
-class EnvSpaceError(TaskError, EnvOutputError):
-    """A gymnasium env returned what its space does not declare (an observation of another shape).
+class EnvProtocolError(TaskError, EnvOutputError):
+    """The gymnasium adapter refused a call that breaks the batched env protocol.
 
-    An ``EnvOutputError`` too: one line already, which a collector passes as it is rather than as an
-    exception of the env's own code (``fastsac_core.EnvCall``).
+    ``step()`` before ``reset()``, actions of another shape than ``(num_envs, act_dim)``, a saved state
+    of another task or batch size. An ``EnvOutputError`` too: one line already, which every trainer and
+    the probe pass as they are rather than as an exception of the env's own code
+    (``fastsac_core.EnvCall``, the one rule of which exceptions are the env's).
     """
+
+
+class EnvSpaceError(EnvProtocolError):
+    """A gymnasium env returned what its space does not declare (an observation of another shape)."""
 
 
 class UnknownTaskError(TaskError, KeyError):

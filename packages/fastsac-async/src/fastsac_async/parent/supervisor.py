@@ -239,13 +239,15 @@ class Supervisor:
         layout = RunLayout(self.run_dir)
         error_log = layout.error_log(exit_.name)
         server = fork_server_death() if exit_.exitcode == _LOST_STATUS else None
+        recorded = recorded_exception(error_log)
         return WorkerFailed(
             exit_.name,
             exit_.exitcode,
             error_log,
             layout.log(exit_.name),
             during_boot=during_boot,
-            error=recorded_exception(error_log),
+            error=None if recorded is None else recorded.line,
+            in_env=recorded is not None and recorded.in_env,
             detail=server or "",
         )
 
