@@ -20,10 +20,10 @@ The sizes come from the parts themselves, never re-derived here: a replay buffer
 ``ReplayBuffer`` of one env and two steps, halved; a ring's are ``fastsac_async.transition_ring_bytes``.
 Small allocations (networks, optimizers, pinned staging, the envs, and on a GPU the CUDA context of
 each process that uses it: collectors with inference there, the compile warmer; about 0.5 GB each) are
-not counted: a need above what there is is refused, and the value suggested instead fills at most :data:`SUGGESTED_SHARE` of it, to
-leave them room. The refusal is one line: what does not fit, how much it needs, how much there is, and
-which value of ``algo.agent.buffer_size``, ``task.num_envs`` or ``async_options.ring_capacity`` fits,
-the one given on the command line first.
+not counted: a need above what there is is refused, and the value suggested instead fills at most
+:data:`SUGGESTED_SHARE` of it, to leave them room. The refusal is one line: what does not fit, how
+much it needs, how much there is, and which value of ``algo.agent.buffer_size``, ``task.num_envs`` or
+``async_options.ring_capacity`` fits, the one given on the command line first.
 """
 
 from __future__ import annotations
