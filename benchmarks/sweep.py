@@ -11,7 +11,9 @@ user measures it. The table gives, per run: the eval return (mean, std, min over
 episode length, the best and the last in-run eval (``eval/return``: a final checkpoint far below its
 run's last eval fell in the last seconds), env steps, the replay reuse (``async/reuse``: gradient
 samples per collected transition), the seconds from launch to the first update, to the compiled switch
-(``perf/compiled``; the first update itself unless ``compile_in_background``) and to the exit, and with
+(``perf/compiled``; the first update itself when the learner compiles first) and to the exit, the run's
+pace (medians after the first third of the ticks: env steps/s, updates/s, the learner's idle share and
+a collector's env step in ms, to tell who waits for whom), and with
 ``--reach R`` / ``--reach-eval R`` to the first training return / in-run eval of at least R; then one
 row per configuration: the mean over seeds and the lowest seed. ``--json PATH`` keeps the rows, and beside it
 each run's scalar series (``PATH-stem.RUN.curves.json``: seconds from launch, step, value) and its
@@ -96,6 +98,12 @@ def evaluate(run_dir: Path, cpus: list[int], episodes: int) -> dict[str, float]:
     return {key: float(value) for key, value in match.groupdict().items()}
 
 
+def _late_median(series: list[tuple[float, int, float]]) -> float:
+    """Median of a scalar series after its first third of ticks (boot and compile); nan without ticks."""
+    late = [value for _, _, value in series[len(series) // 3 :]]
+    return statistics.median(late) if late else float("nan")
+
+
 def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
     """Train ``job`` on ``cpus`` for the time limit, evaluate it, and read its run folder."""
     overrides = [
@@ -130,6 +138,11 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
             "1st update s": updating[0] - launched.start_epoch if updating else float("nan"),
             "switch s": switched[0] - launched.start_epoch if switched else float("nan"),
             "wall s": run.wall_s,
+            # The run's pace once started (medians over the last two thirds of the ticks): who waits.
+            "env/s": _late_median(scalars.get("perf/env_steps_per_s", [])),
+            "upd/s": _late_median(scalars.get("perf/updates_per_s", [])),
+            "idle %": _late_median(scalars.get("perf/learner_idle_pct", [])),
+            "step ms": _late_median(scalars.get("perf/collector_env_step_ms", [])),
         }
     )
     reach = (("rollout/mean_return", "train", args.reach), ("eval/return", "eval", args.reach_eval))
