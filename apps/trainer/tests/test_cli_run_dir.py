@@ -308,20 +308,23 @@ _READ_ONLY = Path("/sys/kernel/uevent_seqnum")
 
 
 def test_a_resume_probes_only_the_files_a_run_writes(tmp_path: Path) -> None:
-    """A read-only plot or old clip does not refuse a resume; a read-only log the run appends to does."""
+    """A read-only plot, old clip or event file does not refuse a resume; a file the run rewrites does."""
     if not _READ_ONLY.is_file():
         pytest.skip("no sysfs here: its read-only files are the ones no one can write, root included")
     run_dir = create_run_dir(tmp_path, "r", "a: 1\n")
     release_run_dir(run_dir)
     layout = RunLayout(run_dir)
     layout.videos.mkdir()
-    for mine in (run_dir / "returns.png", layout.eval_clip(100), layout.best_checkpoint):
+    old_events = layout.events / "events.out.tfevents.1.host.1.0"  # each launch starts a new one
+    for mine in (run_dir / "returns.png", layout.eval_clip(100), layout.best_checkpoint, old_events):
         mine.symlink_to(_READ_ONLY)
     assert create_run_dir(tmp_path, "r", "a: 2\n", resuming=True) == run_dir
     release_run_dir(run_dir)
-    layout.log("learner0").symlink_to(_READ_ONLY)
-    with pytest.raises(TrainerAppError, match=f"must be writable and {layout.log('learner0')} is not"):
-        create_run_dir(tmp_path, "r", "a: 3\n", resuming=True)
+    for rewritten in (layout.log("learner0"), layout.boot_profile("learner0"), layout.wandb_id):
+        rewritten.symlink_to(_READ_ONLY)
+        with pytest.raises(TrainerAppError, match=f"must be writable and {rewritten} is not"):
+            create_run_dir(tmp_path, "r", "a: 3\n", resuming=True)
+        rewritten.unlink()
 
 
 @pytest.mark.parametrize("default_name", [False, True], ids=["run_name", "default-name"])

@@ -11,6 +11,7 @@ interpolation in a value is one line, and the Python API escapes ``${``.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from fastsac_async.run_layout import RunLayout
-from fastsac_core import EnvCall, EnvOutputError
+from fastsac_core import EnvCall, EnvCallError, EnvOutputError
 from fastsac_trainer.api import hydra_value
 from fastsac_trainer.cli import main
 from fastsac_trainer.config.compose import compose_config
@@ -133,6 +134,18 @@ def test_the_adapters_refusals_are_one_line_that_every_trainer_passes_as_it_is()
     ):
         env.step(np.zeros((2, 3), np.float32))
     assert isinstance(caught.value, EnvOutputError)
+    env.close()
+
+
+def test_an_installed_envs_exception_is_placed_in_its_code_not_in_the_adapter() -> None:
+    """Pendulum's own TypeError is said raised at pendulum.py, never at the adapter's loop (ours)."""
+    env = MujocoBatchedEnv("Pendulum-v1", 2, seed=0, env_kwargs={"g": "x"})
+    env.reset()
+    with pytest.raises(EnvCallError) as caught, EnvCall(env, "step"):
+        env.step(np.zeros((2, 1), np.float32))
+    said = str(caught.value)
+    assert said.startswith("Pendulum-v1's step() raised TypeError: "), said
+    assert re.search(r"\(raised at pendulum\.py:\d+ in step\)$", said), said
     env.close()
 
 

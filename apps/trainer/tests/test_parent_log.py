@@ -195,3 +195,31 @@ def test_an_emit_in_flight_when_the_launch_ends_is_written_before_the_file_close
     emitter.join(timeout=30)
     assert "Logging error" not in capsys.readouterr().err
     assert RunLayout(tmp_path).parent_log.read_text().endswith(": in flight\n")
+
+
+def test_a_line_written_from_inside_a_write_is_dropped_not_raised(tmp_path: Path) -> None:
+    """A reentrant write (a signal handler's line during this thread's write) loses that line, not the run."""
+    import io
+
+    class _Reentering(io.RawIOBase):
+        def __init__(self) -> None:
+            self.data = b""
+            self.reentered = False
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: Any) -> int:
+            if not self.reentered:  # as a signal handler would, inside the buffered file's own write
+                self.reentered = True
+                log.say("from inside the write")
+            self.data += bytes(b)
+            return len(b)
+
+    raw = _Reentering()
+    with ParentLog() as log:
+        log.open(tmp_path)
+        log._file = io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", line_buffering=True)
+        log.say("the outer line")
+    assert raw.reentered
+    assert b"the outer line" in raw.data and b"from inside the write" not in raw.data

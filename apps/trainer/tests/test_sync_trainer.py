@@ -316,3 +316,20 @@ def test_an_inline_evaluations_env_steps_are_the_whole_runs(tmp_path: Path) -> N
     agent = make_agent(plan.run.dims, plan.agent, "cpu", num_envs=plan.num_envs)
     point = InlineEvaluation(plan, settings, start_iteration=0).maybe_evaluate(2, agent, lambda: False)
     assert point is not None and point.env_steps == 2 * 4 * 2
+
+
+def test_the_sync_trainers_random_actions_are_the_envs_own_call() -> None:
+    """The env's sample_actions raising while exploring is one EnvCallError line, as in a collector."""
+    import numpy as np
+
+    from fastsac_core import EnvCallError
+    from fastsac_trainer.sync_trainer import _choose_actions
+
+    class _NoRandomActions:
+        env_id = "NoRandom-v0"
+
+        def sample_actions(self) -> Any:
+            raise ValueError("no action space")
+
+    with pytest.raises(EnvCallError, match=r"^NoRandom-v0's sample_actions\(\) raised ValueError: no "):
+        _choose_actions(_NoRandomActions(), None, np.zeros((1, 1), np.float32), True)  # type: ignore[arg-type]

@@ -546,3 +546,19 @@ def test_a_collector_says_its_envs_own_exception_in_one_line_with_where_it_was_r
     assert re.fullmatch(said, line), line
     assert isinstance(caught.value.__cause__, RuntimeError), "the worker's traceback keeps the env's"
     assert ring.size() == 2
+
+
+class _NoRandomActions(FakeBatchedEnv):
+    """The fake env, whose random actions fail (before learning starts a collector draws them)."""
+
+    def sample_actions(self) -> Any:
+        raise ValueError("no action space")
+
+
+def test_a_collector_says_an_exception_of_its_envs_random_actions_in_one_line(rings: Rings) -> None:
+    """sample_actions, called while exploring, is the env's own call too: one EnvCallError line."""
+    from fastsac_core import EnvCallError
+
+    collector = random_collector(_NoRandomActions(2, seed=0, shared_obs=True), rings.make(2, 8), CFG)
+    with pytest.raises(EnvCallError, match=r"^_NoRandomActions's sample_actions\(\) raised ValueError: no "):
+        collector.step_once()

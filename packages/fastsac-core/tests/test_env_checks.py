@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import traceback
 from dataclasses import replace
@@ -170,6 +171,10 @@ def test_the_place_is_the_users_line_not_the_library_frame_that_raised() -> None
     except ValueError as error:
         fault = env_fault(error)
     assert re.search(r"\(raised at decoder\.py:\d+ in raw_decode\)$", fault), fault
+    try:  # raised in C code called by the catcher itself (a native env): no place to name
+        math.sqrt(-1.0)
+    except ValueError as error:
+        assert env_fault(error) == "ValueError: math domain error"
 
 
 def test_env_call_turns_the_envs_own_exception_into_one_line_and_lets_ours_pass() -> None:

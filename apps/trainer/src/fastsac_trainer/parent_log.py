@@ -144,6 +144,10 @@ class ParentLog:
             self._file.write(text)
         except OSError as error:
             self._cannot_write(error)
+        except (RuntimeError, ValueError):
+            # A signal handler's line while this thread was inside the same write (the buffered file
+            # refuses a reentrant call), or a file closed under it: that one line is lost, not the run.
+            pass
 
     def _cannot_write(self, error: OSError) -> None:
         """Say once on stderr that the log could not be written: the launch goes on. Lock held."""

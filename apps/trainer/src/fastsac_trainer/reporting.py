@@ -61,7 +61,7 @@ class Snapshot:
     iteration: int
     """Global step: collector iterations of the full env batch so far."""
     env_steps: int
-    """Transitions collected so far (iteration * num_envs)."""
+    """Transitions collected so far (iteration * env steps per iteration: every host's envs)."""
     total_env_steps: int
     """Transitions the run is budgeted for (for progress and ETA)."""
     elapsed_s: float

@@ -285,7 +285,7 @@ def _check_writable(run_dir: Path) -> None:
 
     A run creates files in the run folder and in each of its sub-folders (TensorBoard's event files,
     the logs, an error log, a checkpoint by its rename, a clip), and appends to or rewrites only some
-    of the files already there (:func:`_rewritten`). Each folder is tried by a nameless temporary
+    of the files already there (``RunLayout.rewritten_files``). Each folder is tried by a nameless temporary
     file, each of those files by an open for appending that writes nothing: as the run does it, since
     permission bits say nothing to root, nor of a read-only mount. Nothing else is opened: a
     checkpoint or replay file is only ever replaced by a rename, and a file of the user's (a plot)
@@ -302,20 +302,8 @@ def _check_writable(run_dir: Path) -> None:
             tempfile.TemporaryFile(dir=folder).close()
         except OSError as error:  # named by the folder, not by the temporary file's random name
             raise OSError(error.errno, error.strerror, str(folder)) from None
-    for path in _rewritten(layout):
+    for path in layout.rewritten_files():
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
-
-
-def _rewritten(layout: RunLayout) -> list[Path]:
-    """The files of a run folder a run appends to or rewrites: config, overrides, logs, events, errors."""
-    found = [
-        layout.config,
-        layout.overrides,
-        *layout.logs.glob("*.log"),
-        *layout.events.glob("events.out.tfevents.*"),
-        *(layout.errors.iterdir() if layout.errors.is_dir() else ()),
-    ]
-    return [path for path in found if path.is_file()]
 
 
 def _claim(run_dir: Path, config_yaml: str, made: list[Path]) -> bool:

@@ -84,7 +84,7 @@ class SyncResult:
     iterations: int
     """Iterations done, counted from the start of the run (a resumed run includes the earlier ones)."""
     env_steps: int
-    """Transitions collected (iterations * num_envs)."""
+    """Transitions collected (iterations * ``RunPlan.env_steps_per_iteration``)."""
     updates: int
     """Critic updates done by the agent (cumulative over resumes)."""
     mean_return: float | None
@@ -121,7 +121,8 @@ def _seed_everything(seed: int) -> None:
 
 def _choose_actions(env: BatchedEnv, agent: FastSACAgent, obs: np.ndarray, explore: bool) -> np.ndarray:
     if explore:
-        return env.sample_actions()
+        with EnvCall(env, "sample_actions"):  # only while exploring: one small object a step
+            return env.sample_actions()
     actions: np.ndarray = agent.act(torch.from_numpy(obs)).to("cpu").numpy()
     return actions
 

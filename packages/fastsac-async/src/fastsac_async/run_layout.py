@@ -193,6 +193,23 @@ class RunLayout:
             or (path.parent == self.events and path.name.startswith("events.out.tfevents."))
         )
 
+    def rewritten_files(self) -> list[Path]:
+        """The files already in the run folder that a launch appends to or rewrites in place.
+
+        ``config.yaml``, ``overrides.txt``, the logs and boot profiles, ``wandb_id.txt`` and the error
+        logs (a synchronous run overwrites its own). Not the checkpoints and replay files (only ever
+        replaced by a rename), TensorBoard's event files (each launch starts a new one), videos or a
+        user's own files: a run never opens those for writing.
+        """
+        found = [
+            self.config,
+            self.overrides,
+            self.wandb_id,
+            *(p for p in self.logs.glob("*") if p.suffix == ".log" or p.name.endswith(_BOOT_PROFILE)),
+            *(self.errors.iterdir() if self.errors.is_dir() else ()),
+        ]
+        return [path for path in found if path.is_file()]
+
 
 def checkpoint_step(path: Path) -> int | None:
     """The global step of a checkpoint named by :meth:`RunLayout.checkpoint`, or None for any other file.

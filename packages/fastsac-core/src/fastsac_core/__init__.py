@@ -29,7 +29,15 @@ if TYPE_CHECKING:
         save_policy_checkpoint,
     )
     from ._compile_cache import CompileCache, use_compile_cache
-    from ._env_checks import EnvCall, check_reset, check_step, env_fault, env_label, env_raised
+    from ._env_checks import (
+        ADAPTER_MARK,
+        EnvCall,
+        check_reset,
+        check_step,
+        env_fault,
+        env_label,
+        env_raised,
+    )
     from ._evaluate import EvalResult, evaluate_policy
     from ._execution import ExecutionPolicy
     from ._inference import InferencePolicy
@@ -62,6 +70,7 @@ if TYPE_CHECKING:
 __all__ = [  # noqa: RUF022 - grouped by role, sorted within each group
     # Contracts: the batched env a trainer steps (its output checked, its own exceptions said in one line),
     # the hyper-parameters and the batch's split over envs
+    "ADAPTER_MARK",
     "BatchedEnv",
     "EnvCall",
     "EnvDims",
@@ -137,7 +146,15 @@ _HOMES = {  # the module that defines each exported name
         "save_policy_checkpoint",
     ),
     "._compile_cache": ("CompileCache", "use_compile_cache"),
-    "._env_checks": ("EnvCall", "check_reset", "check_step", "env_fault", "env_label", "env_raised"),
+    "._env_checks": (
+        "ADAPTER_MARK",
+        "EnvCall",
+        "check_reset",
+        "check_step",
+        "env_fault",
+        "env_label",
+        "env_raised",
+    ),
     "._evaluate": ("EvalResult", "evaluate_policy"),
     "._execution": ("ExecutionPolicy",),
     "._inference": ("InferencePolicy",),

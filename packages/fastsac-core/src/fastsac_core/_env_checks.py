@@ -30,7 +30,7 @@ import numpy as np
 from .env import BatchedEnv, StepResult
 from .exceptions import EnvCallError, EnvOutputError, FastSACCoreError
 
-__all__ = ["EnvCall", "check_reset", "check_step", "env_fault", "env_label", "env_raised"]
+__all__ = ["ADAPTER_MARK", "EnvCall", "check_reset", "check_step", "env_fault", "env_label", "env_raised"]
 
 _MESSAGE_MAX = 160
 """Longest first line of an env's exception that :func:`env_fault` keeps (the place after it is kept)."""
@@ -63,16 +63,28 @@ def _in_library(filename: str) -> bool:
     )
 
 
-def _raised_at(frames: traceback.StackSummary) -> traceback.FrameSummary:
-    """The frame an env's exception is said to be raised at: the user's code, not a library's.
+ADAPTER_MARK = "__fastsac_env_adapter__"
+"""A module that sets this global to True holds an env adapter, code between a trainer and an env (the
+app's gymnasium batch): its frames are never where an env's exception is said to be raised."""
 
-    The innermost frame outside the standard library and installed packages (a user env that calls
-    ``np.reshape`` wrongly: its own line, not numpy's ``_wrapfunc``), of those below the first, which
-    caught it (where there are more: the trainer's line that called the env is never the place); the
-    innermost frame where every one is a library's.
+
+def _raised_at(error: BaseException) -> traceback.FrameSummary | None:
+    """The frame an env's exception is said to be raised at: the env's code, not ours nor a library's.
+
+    Of the frames below the first (which caught it: the trainer's line that called the env), leaving
+    out an adapter's (:data:`ADAPTER_MARK`: the gymnasium batch's loop over its envs): the innermost
+    outside the standard
+    library and installed packages (a user env that calls ``np.reshape`` wrongly: its own line, not
+    numpy's ``_wrapfunc``), else the innermost (an installed env: gymnasium's ``pendulum.py``); None
+    where no frame is left (a native env's exception raised in C code).
     """
-    called = frames[1:] or frames
-    return next((frame for frame in reversed(called) if not _in_library(frame.filename)), frames[-1])
+    theirs = [
+        traceback.FrameSummary(frame.f_code.co_filename, lineno, frame.f_code.co_name, lookup_line=False)
+        for frame, lineno in list(traceback.walk_tb(error.__traceback__))[1:]
+        if frame.f_globals.get(ADAPTER_MARK) is not True
+    ]
+    user = [frame for frame in theirs if not _in_library(frame.filename)]
+    return user[-1] if user else (theirs[-1] if theirs else None)
 
 
 def env_fault(error: BaseException) -> str:
@@ -87,11 +99,8 @@ def env_fault(error: BaseException) -> str:
     first = str(error).splitlines()[0] if str(error) else ""
     if len(first) > _MESSAGE_MAX:
         first = first[: _MESSAGE_MAX - 1] + "…"
-    frames = traceback.extract_tb(error.__traceback__)
-    where = ""
-    if frames:
-        at = _raised_at(frames)
-        where = f" (raised at {Path(at.filename).name}:{at.lineno} in {at.name})"
+    at = _raised_at(error)
+    where = "" if at is None else f" (raised at {Path(at.filename).name}:{at.lineno} in {at.name})"
     return f"{type(error).__name__}{': ' + first if first else ''}{where}"
 
 

@@ -45,6 +45,10 @@ from fastsac_trainer.tasks.exceptions import EnvProtocolError, EnvSpaceError, Ta
 
 __all__ = ["MujocoBatchedEnv", "check_spaces", "env_seeds"]
 
+__fastsac_env_adapter__ = True
+"""This module adapts gymnasium's envs (``fastsac_core.ADAPTER_MARK``): an env's exception is said raised
+in the env's code, never in the loop here that called it."""
+
 _log = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]

@@ -137,6 +137,7 @@ class Collector:
         self.lag = 0
         self._shared_obs = env.dims.critic_obs_is_obs  # then the ring has no critic_obs field
         self._stepping = EnvCall(env, "step")  # what the env's code raises leaves as one line
+        self._sampling = EnvCall(env, "sample_actions")
         with EnvCall(env, "reset"):
             obs, critic_obs = env.reset()
         check_reset(env, obs, critic_obs)
@@ -191,7 +192,8 @@ class Collector:
         s = self.settings
         with self.timer.time("inference"):
             if not learning_started(self.steps, s.learning_starts):
-                return self.env.sample_actions()
+                with self._sampling:
+                    return self.env.sample_actions()
             actions: np.ndarray = np.clip(self.policy(self._obs).cpu().numpy(), self._low, self._high)
             return actions
 
