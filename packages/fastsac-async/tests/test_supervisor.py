@@ -79,8 +79,11 @@ def test_the_error_log_header_marks_an_envs_exception_and_no_wording_can_pass_fo
     class Env:
         env_id = "Pendulum-v1"
 
-    with pytest.raises(EnvCallError) as caught, EnvCall(Env(), "step"):  # type: ignore[arg-type]
+    def step() -> None:  # the env's own code, one frame below the caller
         raise ValueError("bad action")
+
+    with pytest.raises(EnvCallError) as caught, EnvCall(Env(), "step"):  # type: ignore[arg-type]
+        step()
     env_error = caught.value
     assert str(env_error).startswith("Pendulum-v1's step() raised ValueError: bad action (raised at ")
     record_failure(tmp_path, "collector0", env_error)
