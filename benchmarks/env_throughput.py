@@ -2,7 +2,9 @@
 
 For every task: (a) one process pinned to one core stepping 64 envs with batched random
 actions; (b) two processes x 32 envs, each pinned to its own core, stepping at the same time
-(aggregate rate); optionally (c) gymnasium's SyncVectorEnv(64) on one core for comparison.
+(aggregate rate); optionally (c) gymnasium's SyncVectorEnv(64) on one core for comparison. With
+``--ab N``: the batch, the batch stepping each env through gymnasium's own step, and SyncVectorEnv,
+alternated N rounds in one process (ratios robust to a noisy machine).
 Prints a table and the machine.
 
     uv run --frozen python benchmarks/env_throughput.py [--tasks humanoid,halfcheetah] [--seconds 4]
@@ -94,33 +96,43 @@ def _rate(step: Callable[[], object], num_envs: int, seconds: float) -> float:
     return steps / elapsed
 
 
-def ab_compare(task: str, num_envs: int, rounds: int, seconds: float) -> tuple[float, float]:
-    """Median steps/s of MujocoBatchedEnv and SyncVectorEnv, alternated in one process on one core.
+def ab_compare(task: str, num_envs: int, rounds: int, seconds: float) -> tuple[float, float, float]:
+    """Median steps/s of MujocoBatchedEnv, the same with each env's own step, and SyncVectorEnv.
 
-    Alternating short rounds exposes both to the same background load, so their ratio is
-    meaningful on a shared machine even when the absolute figures are not.
+    All three alternated in one process on one core: alternating short rounds exposes them to the
+    same background load, so their ratios are meaningful on a shared machine even when the absolute
+    figures are not. The second is ``MujocoBatchedEnv(batched_step=False)``: the built-in envs
+    stepped through gymnasium's own ``step`` (Note [native step] in ``fastsac_trainer.tasks``).
     """
     import gymnasium as gym
 
-    from fastsac_trainer.tasks import get_task, quiet_mujoco_compiler
+    from fastsac_trainer.tasks import MujocoBatchedEnv, get_task, quiet_mujoco_compiler
 
     _pin(sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else None)
     spec = get_task(task)
-    ours = spec.env_factory()(num_envs, 0)
+    factory = spec.env_factory()
+    ours = factory(num_envs, 0)
+    own_steps = MujocoBatchedEnv(
+        factory.env_id, num_envs, 0, max_episode_steps=factory.max_episode_steps,
+        env_kwargs=factory.env_kwargs, keep_wrappers=factory.keep_wrappers, batched_step=False,
+    )  # fmt: skip
     with quiet_mujoco_compiler():
         vec = gym.vector.SyncVectorEnv([lambda: gym.make(spec.env_id) for _ in range(num_envs)])
     rng = np.random.default_rng(0)
     low, high = vec.single_action_space.low, vec.single_action_space.high
     shape = (num_envs, *vec.single_action_space.shape)
     ours.reset()
+    own_steps.reset()
     vec.reset(seed=0)
-    a, b = [], []
+    a, b, c = [], [], []
     for _ in range(rounds):
         a.append(_rate(lambda: ours.step(ours.sample_actions()), num_envs, seconds))
-        b.append(_rate(lambda: vec.step(rng.uniform(low, high, shape).astype(np.float32)), num_envs, seconds))
+        b.append(_rate(lambda: own_steps.step(own_steps.sample_actions()), num_envs, seconds))
+        c.append(_rate(lambda: vec.step(rng.uniform(low, high, shape).astype(np.float32)), num_envs, seconds))
     ours.close()
+    own_steps.close()
     vec.close()
-    return float(np.median(a)), float(np.median(b))
+    return float(np.median(a)), float(np.median(b)), float(np.median(c))
 
 
 def best(repeats: int, kind: str, task: str, num_envs: int, cpus: list[int | None], seconds: float) -> float:
@@ -173,13 +185,14 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f}\n")
     if args.ab:
         print(
-            f"| task | MujocoBatchedEnv({n}) | SyncVectorEnv({n}) | ratio |"
-            f" (median of {args.ab} alternated rounds)"
+            f"| task | MujocoBatchedEnv({n}) | the same, each env's own step | SyncVectorEnv({n}) |"
+            f" ratios | (median of {args.ab} alternated rounds)"
         )
-        print("|---|---:|---:|---:|")
+        print("|---|---:|---:|---:|---|")
         for task in args.tasks.split(","):
-            ours, theirs = ab_compare(task, n, args.ab, args.seconds)
-            print(f"| {task} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f} |", flush=True)
+            ours, own, theirs = ab_compare(task, n, args.ab, args.seconds)
+            ratios = f"{ours / own:.2f}, {ours / theirs:.2f}"
+            print(f"| {task} | {ours:,.0f} | {own:,.0f} | {theirs:,.0f} | {ratios} |", flush=True)
         return
     print(header)
     print(sep)

@@ -1,8 +1,11 @@
 import logging
+import pstats
 import time
+from pathlib import Path
 
 import pytest
 
+from fastsac_async.worker_start import PROFILE_BOOT_ENV
 from fastsac_trainer.boot_clock import BootClock
 
 
@@ -58,3 +61,35 @@ def test_a_single_milestone_is_not_summed_up(caplog: pytest.LogCaptureFixture) -
         clock.finish()
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and lines[0].startswith("start-up: first update 5."), lines
+
+
+def test_a_start_up_profile_is_written_at_its_milestone_or_marked_incomplete_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """FASTSAC_PROFILE_BOOT: the profile is written at the clock's milestone, or incomplete at finish()."""
+    from fastsac_trainer import boot_clock
+
+    monkeypatch.setattr(boot_clock, "_profile", None)
+    reached, ended = tmp_path / "logs" / "reached.prof", tmp_path / "logs" / "ended.prof"
+    boot_clock.profile_launch()  # not asked: nothing runs, nothing is written
+    BootClock(profile=(reached, "workers running")).mark("workers running")
+    assert not reached.exists()
+
+    monkeypatch.setenv(PROFILE_BOOT_ENV, "1")
+    with caplog.at_level(logging.INFO, logger="fastsac_trainer.boot_clock"):
+        boot_clock.profile_launch()
+        clock = BootClock(profile=(reached, "workers running"))
+        clock.mark("workers started")
+        assert not reached.exists(), "written at its milestone, not before"
+        clock.mark("workers running")
+        assert {name for _, _, name in pstats.Stats(str(reached)).stats} >= {"mark"}  # type: ignore[attr-defined]
+        clock.finish()
+        boot_clock.profile_launch()  # a later run of the process that ends before its milestone
+        BootClock(profile=(ended, "workers running")).finish()
+    assert ended.exists()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("start-up profile")]
+    assert lines == [
+        f"start-up profile: {reached} (read it with python -m pstats)",
+        f"start-up profile: {ended} (incomplete: the run ended before workers running) (read it with python "
+        "-m pstats)",
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pstats
 import re
 import subprocess
 import sys
@@ -23,8 +24,10 @@ TRAINER_SCRIPT = Path(sys.executable).parent / "trainer"
 TINY = [*TINY_PENDULUM, "algo.trainer.save_interval=2"]
 
 
-def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="error::DeprecationWarning:trainer")
+def _run(command: list[str], cwd: Path, **variables: str) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="error::DeprecationWarning:trainer", **variables
+    )
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -117,6 +120,7 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
                 "run_name=a",
             ],
             tmp_path,
+            FASTSAC_PROFILE_BOOT="1",  # and the start-ups under cProfile, checked below
         )
     )
     run_dir = tmp_path / "runs" / "a"
@@ -138,9 +142,19 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
     assert {p.name for p in RunLayout(run_dir).logs.iterdir()} >= {"collector0.log", "collector1.log"}
     # The run measures its own start-up, on the console and in its log.
     parent_log = RunLayout(run_dir).parent_log.read_text()
-    for milestone in ("workers running", "first update"):
+    for milestone in ("workers started", "workers running", "first update"):
         assert re.search(rf"start-up: {milestone} \d+\.\d s after launch", out), milestone
         assert f"start-up: {milestone} " in parent_log
+    assert re.search(r"spawned learner0 \(pid \d+; forked in \d+\.\d\d s\)", parent_log)
+    # FASTSAC_PROFILE_BOOT: the trainer's own start, from its command to its workers' release, and each
+    # worker's.
+    profiles = {p.name for p in RunLayout(run_dir).logs.glob("*.boot.prof")}
+    assert profiles == {"trainer.boot.prof", "learner0.boot.prof", "collector0.boot.prof",
+                        "collector1.boot.prof", "evaluator.boot.prof"}  # fmt: skip
+    profiled = pstats.Stats(str(RunLayout(run_dir).boot_profile("trainer")))
+    functions = {name for _, _, name in profiled.stats}  # type: ignore[attr-defined]
+    assert {"run_engine", "prestart_workers"} <= functions
+    assert "start-up profile: " in parent_log and "incomplete" not in parent_log
     # It also holds the placement printed before it was open, and every boot line.
     assert "collector  envs  owner" in parent_log and "run folder: runs/a" in parent_log
     assert "boot: learner0 booting (0/4 ready)" in parent_log

@@ -364,7 +364,7 @@ def test_a_new_run_folder_that_cannot_be_written_names_the_place_and_is_removed(
 def test_a_failed_new_run_keeps_a_folder_it_did_not_make(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A user's empty folder that fails the probe loses the launch's files, not the folder itself."""
+    """A user's empty folder that fails the probe loses the launch's files, not the folder; names run_name."""
     import tempfile
 
     run_dir = tmp_path / "r"
@@ -374,8 +374,12 @@ def test_a_failed_new_run_keeps_a_folder_it_did_not_make(
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(tempfile, "TemporaryFile", refused)
-    with pytest.raises(TrainerAppError, match=f"must be writable and {run_dir} is not"):
+    with pytest.raises(TrainerAppError) as failed:
         create_run_dir(tmp_path, "r", "a: 1\n")
+    assert str(failed.value) == (
+        f"run_name='r' is invalid: the run folder {run_dir} must be writable and {run_dir} is not "
+        f"(Permission denied); make it writable (chmod -R u+w {run_dir}), or choose another run_name"
+    )
     assert run_dir.is_dir() and not any(run_dir.iterdir())
 
 

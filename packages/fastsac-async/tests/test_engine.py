@@ -22,7 +22,8 @@ from fastsac_async.parent.monitor import final_checkpoint
 from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import EngineSpec, TrainingRun, learner_threads
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
-from fastsac_async.worker_process import PROFILE_BOOT_ENV, BootTimeline
+from fastsac_async.worker_process import BootTimeline
+from fastsac_async.worker_start import PROFILE_BOOT_ENV
 from fastsac_core import (
     EnvDims,
     FastSACConfig,

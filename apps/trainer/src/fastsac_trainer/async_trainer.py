@@ -222,7 +222,10 @@ def run_async(
     reported_step = -1
     reported: EngineStats | None = None  # the tick of the last snapshot reported
     evals = EvalLog(reporter, clip_log=plan.run.layout.log(evaluator_name()))
-    clock = BootClock(expected=("workers running", "first update", "compiled switch"))
+    clock = BootClock(
+        expected=("workers started", "workers running", "first update", "compiled switch"),
+        profile=(plan.run.layout.boot_profile("trainer"), "workers running"),
+    )
 
     def on_stats(stats: EngineStats) -> None:
         # One report per global step, the step the snapshot is labelled with: the learner reports its
@@ -246,6 +249,8 @@ def run_async(
             reporter.checkpoint_saved(Path(stats.checkpoint))
 
     def on_boot(worker: str, state: str) -> None:
+        if state == "booting":  # forked: the trainer's own start and the fork server's imports are behind
+            clock.mark("workers started")
         if state == "running":  # every worker is ready and released at once
             clock.mark("workers running")
         if boot_view is not None:
@@ -265,6 +270,8 @@ def run_async(
             for worker in failure.waiting_for:
                 boot_view.failed(worker, "did not report ready", None, during_boot=True)
         raise
+    finally:
+        clock.close()  # a start-up profile of a run that failed or stopped before its workers ran
     return AsyncResult(
         iterations=result.global_step,
         env_steps=sum(result.collector_steps) * per_collector,

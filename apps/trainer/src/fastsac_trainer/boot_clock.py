@@ -1,6 +1,8 @@
 """Seconds from the launch of the trainer to each milestone of a run's start, so every run measures its own.
 
-A trainer marks each milestone once (``workers running`` when the asynchronous workers are released,
+A trainer marks each milestone once (``workers started`` when the first asynchronous worker is forked: what
+comes before it is the trainer's own start and its wait for the fork server; ``workers running`` when
+they are all released,
 ``first update`` at the first report with an update behind it, ``compiled switch`` at the first report
 whose updates run the compiled steps: Note [Compile in the background] in
 ``fastsac_core._background_compile``); the line goes to the app's log (the console and
@@ -13,21 +15,44 @@ of a seed list (``seed=1,2,3``, one process) and for each ``train()`` call, the 
 (:func:`next_launch`). :func:`launch_time` is that moment, the one zero of a run's seconds: the
 start-up lines count from it, and the run's TensorBoard config events carry it (``trainer plot``
 counts its wall-clock axis from it).
+
+With ``FASTSAC_PROFILE_BOOT`` set (:data:`fastsac_async.worker_start.PROFILE_BOOT_ENV`, which also
+profiles every worker's start), the trainer's own start runs under cProfile from the start of its
+training command or ``train()`` call (:func:`profile_launch`, before the fork server starts) to the
+milestone its clock is given (``workers running``, or the synchronous trainer's ``first update``),
+and the clock writes it to ``logs/trainer.boot.prof`` (``RunLayout.boot_profile``), marked
+incomplete when the run ends before that milestone.
 """
 
 from __future__ import annotations
 
+import cProfile
 import logging
 import time
+from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
 
-__all__ = ["BootClock", "launch_time", "next_launch"]
+from fastsac_async.worker_start import profile_boot
+
+__all__ = ["BootClock", "launch_time", "next_launch", "profile_launch"]
 
 _log = logging.getLogger(__name__)
 
 _launched: float | None = None
 """Unix time a clock counts from when none is given: None is this process's start."""
+
+
+_profile: cProfile.Profile | None = None
+"""The start-up profile of this process (:func:`profile_launch`), until a clock writes it."""
+
+
+def profile_launch() -> None:
+    """Profile this process's start from now when ``FASTSAC_PROFILE_BOOT`` asks (once per process)."""
+    global _profile
+    if _profile is None and profile_boot():
+        _profile = cProfile.Profile()
+        _profile.enable()
 
 
 def next_launch() -> None:
@@ -47,15 +72,23 @@ class BootClock:
     Args:
         launched: Unix time of the launch; None is :func:`launch_time`.
         expected: The milestones the run will reach; the summary line comes once all are reached.
+        profile: Where to write this process's start-up profile (:func:`profile_launch`), and the
+            milestone that ends it; None: the profile, if one runs, is left to a later clock.
     """
 
-    def __init__(self, launched: float | None = None, expected: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        launched: float | None = None,
+        expected: tuple[str, ...] = (),
+        profile: tuple[Path, str] | None = None,
+    ) -> None:
         self.launched = launch_time() if launched is None else launched
         """Unix time the seconds count from."""
         self.marks: dict[str, float] = {}
         """Milestone -> seconds after the launch, in the order they were reached."""
         self._expected = expected
         self._summed = False
+        self._profile = profile
 
     def mark(self, milestone: str) -> None:
         """Record ``milestone`` as reached now and log it; later calls for the same milestone do nothing."""
@@ -64,13 +97,40 @@ class BootClock:
         seconds = time.time() - self.launched
         self.marks[milestone] = seconds
         _log.info("start-up: %s %.1f s after launch", milestone, seconds)
+        if self._profile is not None and milestone == self._profile[1]:
+            self._write_profile("")
         if self._expected and all(m in self.marks for m in self._expected):
             self.finish()
 
     def finish(self) -> None:
-        """Log the milestones reached as one summary line (once; nothing when fewer than two were reached)."""
+        """Log the milestones reached as one summary line (once; nothing when fewer than two were reached).
+
+        A start-up profile still running is written, marked incomplete (:meth:`close`).
+        """
+        self.close()
         if self._summed or len(self.marks) < 2:  # one milestone's line already says it all
             return
         self._summed = True
         reached = ", ".join(f"{milestone} {seconds:.1f} s" for milestone, seconds in self.marks.items())
         _log.info("start-up: %s after launch", reached)
+
+    def close(self) -> None:
+        """Write the start-up profile if it still runs (the run ended before its milestone): incomplete."""
+        if self._profile is not None:
+            self._write_profile(f" (incomplete: the run ended before {self._profile[1]})")
+
+    def _write_profile(self, note: str) -> None:
+        global _profile
+        profile, _profile = _profile, None
+        path = self._profile[0] if self._profile is not None else None
+        self._profile = None
+        if profile is None or path is None:
+            return
+        profile.disable()
+        try:  # a diagnostic: failing to write it must not fail the run
+            path.parent.mkdir(parents=True, exist_ok=True)
+            profile.dump_stats(path)
+        except OSError as exc:
+            _log.warning("start-up profile not written to %s: %s", path, exc)
+            return
+        _log.info("start-up profile: %s%s (read it with python -m pstats)", path, note)

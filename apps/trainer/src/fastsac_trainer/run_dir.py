@@ -92,7 +92,7 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
             RunLayout(run_dir).config.write_text(config_yaml, encoding="utf-8")
         return run_dir
     made = _missing(run_dir)
-    with _writing(runs_root, run_dir), _held_or_released(run_dir):
+    with _writing(runs_root, run_dir, existing=run_dir not in made), _held_or_released(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
         if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml, made):
             raise TrainerAppError(_taken(run_name, run_dir))
@@ -233,8 +233,13 @@ def release_run_dir(run_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def _writing(runs_root: Path, run_dir: Path, *, resuming: bool = False) -> Iterator[None]:
+def _writing(
+    runs_root: Path, run_dir: Path, *, resuming: bool = False, existing: bool = False
+) -> Iterator[None]:
     """An ``OSError`` of creating or writing ``run_dir`` as one line naming the setting to change.
+
+    ``existing``: a new run's ``run_dir`` was there before this launch (an empty folder the user named
+    with ``run_name``), so it is the user's and stays; else this launch made it.
 
     Raises:
         TrainerAppError: What failed, and the setting that chose the folder.
@@ -261,6 +266,12 @@ def _writing(runs_root: Path, run_dir: Path, *, resuming: bool = False) -> Itera
         if failed is not None and (run_dir in failed.parents or (failed == run_dir and run_dir.is_dir())):
             # The run folder was there, but a run cannot write it as it would (what this launch made of
             # it is removed by now: _undone_on_failure).
+            if existing:
+                raise TrainerAppError(
+                    f"run_name={run_dir.name!r} is invalid: the run folder {run_dir} must be writable and "
+                    f"{failed} is not ({reason}); make it writable (chmod -R u+w {run_dir}), or choose "
+                    "another run_name"
+                ) from None
             raise TrainerAppError(
                 f"runs_root={str(runs_root)!r} is invalid: the new run folder {run_dir} must be writable and "
                 f"{failed} is not ({reason}); nothing of it was kept; choose a folder you can write with "

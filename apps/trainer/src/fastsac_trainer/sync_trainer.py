@@ -278,6 +278,10 @@ def run_sync(
     report = evals.report
 
     stepping = EnvCall(env, "step")  # what the envs' own code raises leaves as one line (below)
+    clock = BootClock(
+        expected=("first update", "compiled switch"),
+        profile=(plan.run.layout.boot_profile("trainer"), "first update"),
+    )
     try:
         obs, critic_obs = _start_envs(plan, agent, env, iteration)
         check_reset(env, obs, critic_obs)
@@ -289,7 +293,6 @@ def run_sync(
         interval = _Interval()
         last_reported = last_saved = iteration
         owed = 0  # updates due and not yet run (no complete transition to sample yet)
-        clock = BootClock(expected=("first update", "compiled switch"))
 
         def report_interval(elapsed: float) -> None:
             learning = agent.update_idx > 0
@@ -373,6 +376,7 @@ def run_sync(
         agent.close()  # a background compile still running (Note [Compile in the background])
         replay.wait()
         env.close()
+        clock.close()  # a start-up profile of a run that ended before its first update
     clock.finish()
     log.info("sync training ended (%s) at iteration %d", stop_reason, iteration)
     return SyncResult(

@@ -134,7 +134,9 @@ def start_workers_first() -> PrestartedWorkers:
     :func:`train_run` and cancels it when the runs are over.
     """
     from fastsac_async import prestart_workers  # imports no torch
+    from fastsac_trainer.boot_clock import profile_launch
 
+    profile_launch()  # FASTSAC_PROFILE_BOOT: the start-up under cProfile from here (the clock writes it)
     return prestart_workers()
 
 

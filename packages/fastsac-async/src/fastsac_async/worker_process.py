@@ -61,7 +61,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -74,6 +74,7 @@ from fastsac_async.run_layout import RunLayout
 from fastsac_async.worker_start import (
     STACK_DUMP_SIGNAL,
     STOP_SIGNALS,
+    profile_boot,
     worker_environment,
 )
 from fastsac_core import EnvCallError
@@ -81,7 +82,6 @@ from numa_bind import bind_current_process
 from shm_transport import HandshakeAborted
 
 __all__ = [
-    "PROFILE_BOOT_ENV",
     "BootTimeline",
     "RecordedException",
     "bind",
@@ -89,7 +89,6 @@ __all__ = [
     "evaluator_name",
     "exception_line",
     "learner_name",
-    "profile_boot",
     "record_failure",
     "recorded_exception",
     "reporting_failure",
@@ -116,17 +115,6 @@ def learner_name(rank: int) -> str:
 def evaluator_name() -> str:
     """Worker name of the evaluator."""
     return "evaluator"
-
-
-PROFILE_BOOT_ENV = "FASTSAC_PROFILE_BOOT"
-"""Environment variable: ``1`` (or ``true``, ``yes``, ``on``), every worker runs its start-up under
-cProfile and writes it to ``RunLayout.boot_profile(worker)``: at its release, or, marked incomplete, when
-its start-up ends otherwise (a failure, a stop, a boot timeout). ``python -m pstats`` reads it."""
-
-
-def profile_boot(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether ``FASTSAC_PROFILE_BOOT`` asks for boot profiles."""
-    return environ.get(PROFILE_BOOT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class BootTimeline:

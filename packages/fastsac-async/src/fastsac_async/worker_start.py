@@ -1,21 +1,42 @@
-"""What every worker starts with: the stop signals it ignores and its thread variables.
+"""What a worker starts with: the stop signals it ignores, its thread variables, whether it profiles its boot.
 
-Importable without torch: the fork server starts with both too (Note [fork server] in
-:mod:`fastsac_async.parent.fork_server`), before the trainer imports torch.
+Importable without torch: the fork server starts with the first two (Note [fork server] in
+:mod:`fastsac_async.parent.fork_server`), and the trainer asks the third of its own start, before it
+imports torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-__all__ = ["STACK_DUMP_SIGNAL", "STOP_SIGNALS", "stop_signals_blocked", "worker_environment"]
+__all__ = [
+    "PROFILE_BOOT_ENV",
+    "STACK_DUMP_SIGNAL",
+    "STOP_SIGNALS",
+    "profile_boot",
+    "stop_signals_blocked",
+    "worker_environment",
+]
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 """Signals a worker ignores: the parent turns them into a stop (Note [worker signals])."""
 STACK_DUMP_SIGNAL = signal.SIGUSR2
 """Makes a worker write every thread's stack to its log and carry on (Note [worker signals])."""
+
+PROFILE_BOOT_ENV = "FASTSAC_PROFILE_BOOT"
+"""Environment variable: ``1`` (or ``true``, ``yes``, ``on``), every worker runs its start-up under
+cProfile and writes it to ``RunLayout.boot_profile(worker)``: at its release, or, marked incomplete, when
+its start-up ends otherwise (a failure, a stop, a boot timeout); the trainer's own process does the same
+from its run's start to its workers' release (``logs/trainer.boot.prof``). ``python -m pstats``
+reads them."""
+
+
+def profile_boot(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``FASTSAC_PROFILE_BOOT`` asks for boot profiles."""
+    return environ.get(PROFILE_BOOT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def worker_environment(threads: int) -> dict[str, str]:

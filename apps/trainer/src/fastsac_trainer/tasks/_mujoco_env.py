@@ -4,7 +4,10 @@ The built-in MuJoCo tasks step the *unwrapped* gymnasium classes in a plain Pyth
 vector-env wrapper, no TimeLimit/OrderEnforcing/PassiveEnvChecker chain. Auto-reset, the time
 limit, episode statistics and random actions are done here, vectorised with numpy. This measured
 ~10 % faster than ``gymnasium.vector.SyncVectorEnv`` on the same envs
-(``wiki/benchmarks.md``, section Environments). A user's env (``task=gym``) keeps every wrapper
+(``wiki/benchmarks.md``, section Environments). For gymnasium's v5 Humanoid, Ant, HalfCheetah,
+Hopper and Walker2d the loop runs only their physics, and their observations, rewards and
+terminations are computed for the whole batch at once, as the envs' own ``step`` computes them (Note
+[native step] in :mod:`fastsac_trainer.tasks._native_step`). A user's env (``task=gym``) keeps every wrapper
 its registration adds (``keep_wrappers=True``): a reward-scaling or observation wrapper is part of
 the task, and its TimeLimit's truncation is taken as it reports it.
 
@@ -40,6 +43,7 @@ import numpy.typing as npt
 import torch
 
 from fastsac_core import EnvDims, StepResult
+from fastsac_trainer.tasks._native_step import native_step
 from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
 from fastsac_trainer.tasks.exceptions import EnvProtocolError, EnvSpaceError, TaskError, kwargs_fault
 
@@ -174,6 +178,8 @@ class MujocoBatchedEnv:
         env_kwargs: Keyword arguments of ``gymnasium.make`` for every env.
         keep_wrappers: Step the envs with their registered wrappers (the user's envs) instead of
             the unwrapped classes (the built-in tasks' fast path).
+        batched_step: Step gymnasium's v5 locomotion envs in one batch (Note [native step]); False
+            steps each env through its own ``step`` (the same results, slower: for comparison).
     """
 
     def __init__(
@@ -185,6 +191,7 @@ class MujocoBatchedEnv:
         max_episode_steps: int | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
         keep_wrappers: bool = False,
+        batched_step: bool = True,
     ) -> None:
         if num_envs < 1:
             raise TaskError(f"num_envs={num_envs} for {env_id}; use at least 1 environment")
@@ -219,6 +226,8 @@ class MujocoBatchedEnv:
         self._own_limit = np.iinfo(np.int64).max if keep_wrappers else self._max_episode_steps
         self._keep_wrappers = keep_wrappers
         self._envs: list[Any] = wrapped if keep_wrappers else [env.unwrapped for env in wrapped]
+        # Note [native step]: gymnasium's step without its Python per env, for its five locomotion envs.
+        self._native = native_step(self._envs) if batched_step and not keep_wrappers else None
 
         obs_dim = int(obs_space.shape[0])
         act_dim = int(act_space.shape[0])
@@ -318,12 +327,15 @@ class MujocoBatchedEnv:
         rewards = self._rewards
         terminated = self._terminated
         env_truncated = self._env_truncated
-        for i, env in enumerate(self._envs):
-            o, r, term, trunc, _ = env.step(clipped[i])
-            obs[i] = self._checked_obs(o, "step")
-            rewards[i] = r
-            terminated[i] = term
-            env_truncated[i] = trunc
+        if self._native is not None:
+            self._native(clipped, obs, rewards, terminated)  # unwrapped: never truncated by the env
+        else:
+            for i, env in enumerate(self._envs):
+                o, r, term, trunc, _ = env.step(clipped[i])
+                obs[i] = self._checked_obs(o, "step")
+                rewards[i] = r
+                terminated[i] = term
+                env_truncated[i] = trunc
 
         self._ep_return += rewards
         self._ep_length += 1

@@ -185,9 +185,10 @@ class Supervisor:
             name=name,
             daemon=True,
         )
-        proc.start()
+        asked = time.perf_counter()
+        proc.start()  # the fork server answers once its imports are done: the first start waits for them
         self._procs[name] = proc
-        _log.info("spawned %s (pid %s)", name, proc.pid)
+        _log.info("spawned %s (pid %s; forked in %.2f s)", name, proc.pid, time.perf_counter() - asked)
 
     def pid(self, name: str) -> int | None:
         """Process id of ``name``."""

@@ -1,0 +1,233 @@
+"""Batched steps of gymnasium's v5 MuJoCo locomotion envs, without gymnasium's Python per env.
+
+# Note [native step]
+A gymnasium MuJoCo env's ``step`` is MuJoCo's physics (``mj_step``, ``mj_rnePostConstraint``) plus
+Python around it: the centre of mass twice, the observation concatenated, the reward terms, an info
+dict. On Humanoid-v5 that Python is about a fifth of a step, on Hopper-v5 and Walker2d-v5 about
+two fifths (``reference/env-measurements.md``). A collector steps 32 or more envs in one loop, so
+the built-in tasks' batch (:class:`~fastsac_trainer.tasks._mujoco_env.MujocoBatchedEnv` without
+kept wrappers) steps the physics of each env and copies the MuJoCo arrays the task reads into (N, ...)
+arrays, then computes every env's observation, reward and termination at once with numpy, the way
+the env's own ``step`` does: the same MuJoCo calls on the same ``MjData``, the same arithmetic in
+the same order and dtypes, so the results are the env's own, bit for bit (``test_native_step.py``
+steps both side by side, with non-default env settings too). The settings are read from each
+env's own attributes (``_forward_reward_weight``, ``_healthy_z_range``...), so ``task.env_kwargs``
+hold as in gymnasium. Resets, the env state, rendering and everything else stay gymnasium's: only
+``step`` is replaced, and only for these five classes exactly (a subclass, another version, or an
+env rendering to a window gets none: :func:`native_step` returns None and the batch steps the envs
+through gymnasium). The info dict is not built: the batch never returned it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import mujoco
+import numpy as np
+import numpy.typing as npt
+from gymnasium.envs.mujoco.ant_v5 import AntEnv
+from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
+from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
+from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
+from gymnasium.envs.mujoco.walker2d_v5 import Walker2dEnv
+
+__all__ = ["NativeStep", "native_step"]
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+
+class NativeStep(abc.ABC):
+    """The physics of every env of a batch, then its task's observation, reward and termination at once.
+
+    Args:
+        envs: The batch's unwrapped envs, all made alike (one class, one set of settings).
+        after: ``MjData`` fields each step copies into an (N, ...) array after the physics.
+        before: The same, copied before the physics (the positions a velocity is measured from).
+    """
+
+    def __init__(self, envs: Sequence[Any], after: tuple[str, ...], before: tuple[str, ...] = ()) -> None:
+        self.env = envs[0]
+        """The first env: the settings and the model's constants (every env of a batch is made alike)."""
+        self._pairs = [(env.model, env.data, env.frame_skip) for env in envs]
+        n = len(envs)
+        data = self.env.data
+        self.before = {name: np.empty((n, *np.shape(getattr(data, name)))) for name in before}
+        """Field name -> its (N, ...) copy from before the last step's physics."""
+        self.after = {name: np.empty((n, *np.shape(getattr(data, name)))) for name in after}
+        """Field name -> its (N, ...) copy from after the last step's physics."""
+        self.n = n
+
+    def physics(self, actions: F32) -> None:
+        """Each env's ``do_simulation`` (controls, ``mj_step``, ``mj_rnePostConstraint``) and its copies."""
+        before = tuple(self.before.items())
+        after = tuple(self.after.items())
+        for i, (model, data, frame_skip) in enumerate(self._pairs):
+            for name, array in before:
+                array[i] = getattr(data, name)
+            data.ctrl[:] = actions[i]
+            mujoco.mj_step(model, data, nstep=frame_skip)
+            mujoco.mj_rnePostConstraint(model, data)
+            for name, array in after:
+                array[i] = getattr(data, name)
+
+    @abc.abstractmethod
+    def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
+        """Step every env with ``actions`` (clipped, float32) and write the step's rows into the arrays."""
+
+
+def _positions(qpos: F64, exclude: bool, skipped: int) -> F64:
+    kept: F64 = qpos[:, skipped:] if exclude else qpos
+    return kept
+
+
+def _ctrl_cost(weight: float, actions: F32) -> Any:
+    # The env's np.sum(np.square(action)) of a float32 action stays float32, as does weight times it.
+    return weight * np.sum(np.square(actions), axis=1)
+
+
+class _Humanoid(NativeStep):
+    def __init__(self, envs: Sequence[Any]) -> None:
+        super().__init__(
+            envs,
+            after=("qpos", "qvel", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "xipos", "ctrl"),
+            before=("xipos",),
+        )
+        self._mass = np.expand_dims(self.env.model.body_mass, axis=1)[None]  # mass_center's, per env
+
+    def _xy(self, xipos: F64) -> F64:
+        centre: F64 = np.sum(self._mass * xipos, axis=1) / np.sum(self._mass)
+        return centre[:, 0:2]
+
+    def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
+        self.physics(actions)
+        env, a, n = self.env, self.after, self.n
+        velocity = (self._xy(a["xipos"]) - self._xy(self.before["xipos"])) / env.dt
+        parts = [_positions(a["qpos"], env._exclude_current_positions_from_observation, 2), a["qvel"]]
+        if env._include_cinert_in_observation is True:
+            parts.append(a["cinert"][:, 1:].reshape(n, -1))
+        if env._include_cvel_in_observation is True:
+            parts.append(a["cvel"][:, 1:].reshape(n, -1))
+        if env._include_qfrc_actuator_in_observation is True:
+            parts.append(a["qfrc_actuator"][:, 6:])
+        if env._include_cfrc_ext_in_observation is True:
+            parts.append(a["cfrc_ext"][:, 1:].reshape(n, -1))
+        obs[:] = np.concatenate(parts, axis=1)
+        min_z, max_z = env._healthy_z_range
+        z = a["qpos"][:, 2]
+        healthy = (min_z < z) & (z < max_z)
+        forward = env._forward_reward_weight * velocity[:, 0]
+        ctrl_cost = env._ctrl_cost_weight * np.sum(np.square(a["ctrl"]), axis=1)
+        contact_cost = env._contact_cost_weight * np.sum(np.square(a["cfrc_ext"]).reshape(n, -1), axis=1)
+        contact_cost = np.clip(contact_cost, *env._contact_cost_range)
+        rewards[:] = (forward + healthy * env._healthy_reward) - (ctrl_cost + contact_cost)
+        terminated[:] = ~healthy & bool(env._terminate_when_unhealthy)
+
+
+class _Ant(NativeStep):
+    def __init__(self, envs: Sequence[Any]) -> None:
+        super().__init__(envs, after=("qpos", "qvel", "cfrc_ext", "xpos"), before=("xpos",))
+        self._body = self.env.model.body(self.env._main_body).id
+
+    def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
+        self.physics(actions)
+        env, a, n = self.env, self.after, self.n
+        xy_before = self.before["xpos"][:, self._body, :2]
+        velocity = (a["xpos"][:, self._body, :2] - xy_before) / env.dt
+        contact_forces = np.clip(a["cfrc_ext"], *env._contact_force_range)
+        parts = [_positions(a["qpos"], env._exclude_current_positions_from_observation, 2), a["qvel"]]
+        if env._include_cfrc_ext_in_observation:
+            parts.append(contact_forces[:, 1:].reshape(n, -1))
+        obs[:] = np.concatenate(parts, axis=1)
+        state = np.concatenate((a["qpos"], a["qvel"]), axis=1)
+        min_z, max_z = env._healthy_z_range
+        healthy = np.isfinite(state).all(axis=1) & (min_z <= state[:, 2]) & (state[:, 2] <= max_z)
+        forward = velocity[:, 0] * env._forward_reward_weight
+        contact_cost = env._contact_cost_weight * np.sum(np.square(contact_forces).reshape(n, -1), axis=1)
+        costs = _ctrl_cost(env._ctrl_cost_weight, actions) + contact_cost
+        rewards[:] = (forward + healthy * env._healthy_reward) - costs
+        terminated[:] = ~healthy & bool(env._terminate_when_unhealthy)
+
+
+class _Planar(NativeStep):
+    """HalfCheetah, Hopper and Walker2d: a body moving along x, observed by qpos (less x) and qvel."""
+
+    clip_velocity: float | None = None
+
+    def __init__(self, envs: Sequence[Any]) -> None:
+        super().__init__(envs, after=("qpos", "qvel"), before=("qpos",))
+
+    def observe(self, obs: F32) -> F64:
+        """Write the observations; returns the x velocity."""
+        env, a = self.env, self.after
+        velocity = a["qvel"] if self.clip_velocity is None else np.clip(a["qvel"], -10, 10)
+        positions = _positions(a["qpos"], env._exclude_current_positions_from_observation, 1)
+        obs[:] = np.concatenate((positions, velocity), axis=1)
+        x_velocity: F64 = (a["qpos"][:, 0] - self.before["qpos"][:, 0]) / env.dt
+        return x_velocity
+
+    def healthy(self) -> B:
+        """Whether each env is healthy after the step (Walker2d's rule; Hopper adds its state's)."""
+        env, qpos = self.env, self.after["qpos"]
+        (min_z, max_z), (min_angle, max_angle) = env._healthy_z_range, env._healthy_angle_range
+        z, angle = qpos[:, 1], qpos[:, 2]
+        ok: B = (min_z < z) & (z < max_z) & (min_angle < angle) & (angle < max_angle)
+        return ok
+
+    def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
+        self.physics(actions)
+        env = self.env
+        x_velocity = self.observe(obs)
+        healthy = self.healthy()
+        forward = env._forward_reward_weight * x_velocity
+        rewards[:] = (forward + healthy * env._healthy_reward) - _ctrl_cost(env._ctrl_cost_weight, actions)
+        terminated[:] = ~healthy & bool(env._terminate_when_unhealthy)
+
+
+class _HalfCheetah(_Planar):
+    def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
+        self.physics(actions)
+        env = self.env
+        x_velocity = self.observe(obs)
+        rewards[:] = env._forward_reward_weight * x_velocity - _ctrl_cost(env._ctrl_cost_weight, actions)
+        terminated[:] = False
+
+
+class _Walker2d(_Planar):
+    clip_velocity = 10.0
+
+
+class _Hopper(_Planar):
+    clip_velocity = 10.0
+
+    def healthy(self) -> B:
+        min_state, max_state = self.env._healthy_state_range
+        state = np.concatenate((self.after["qpos"], self.after["qvel"]), axis=1)[:, 2:]
+        within: B = np.all((min_state < state) & (state < max_state), axis=1)
+        return super().healthy() & within
+
+
+_NATIVE: dict[type, Callable[[Sequence[Any]], NativeStep]] = {
+    HumanoidEnv: _Humanoid,
+    AntEnv: _Ant,
+    HalfCheetahEnv: _HalfCheetah,
+    HopperEnv: _Hopper,
+    Walker2dEnv: _Walker2d,
+}
+
+
+def native_step(envs: Sequence[Any]) -> NativeStep | None:
+    """The batched step of ``envs`` (unwrapped, made alike), or None when gymnasium must step them.
+
+    None unless every env is exactly one of gymnasium's v5 Humanoid, Ant, HalfCheetah, Hopper or
+    Walker2d classes (Note [native step]) and none renders to a window (``render_mode="human"``
+    draws in ``step``).
+    """
+    kind = type(envs[0]) if envs else None
+    build = _NATIVE.get(kind) if kind is not None else None
+    if build is None or any(type(env) is not kind or env.render_mode == "human" for env in envs):
+        return None
+    return build(envs)
