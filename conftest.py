@@ -1,7 +1,8 @@
 """Repository-wide test guards: no test may leave a child process or a /dev/shm segment behind.
 
 Only what this test session made is judged: its own child processes, and the segments named with its
-own ``SHMTX_PREFIX`` (never another process's).
+own ``SHMTX_PREFIX`` (never another process's). A test whose child processes are killed, or run
+torchrun, gives them a temporary folder of their own (fixture ``child_tmpdir``), removed after it.
 
 Uses only the standard library (it also runs for ``uv run --exact --package <name>``), and
 skips ``gpu``-marked tests where no CUDA device is visible.
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,10 @@ import pytest
 # session; the leak guard below would count (and kill) them, and the next compile would hang on the
 # killed pool. Compile in-process during tests.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+# This process's own temporary folder, fixed now: a test that points TMPDIR elsewhere for its children
+# (child_tmpdir) must not move the test process's (its fork server's socket, pytest's folders).
+tempfile.gettempdir()
 
 _SHM = Path("/dev/shm")
 # Every shm-transport segment made by this session's processes (the test process and everything it
@@ -128,6 +135,22 @@ def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         problems.append(f"left /dev/shm entries: {sorted(leaked_shm)} (removed)")
     if problems:
         pytest.fail(f"{request.node.nodeid} " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def child_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The TMPDIR of the processes this test starts: a folder of its own under /tmp, removed after it.
+
+    A process killed by a signal cannot remove its temporary files (multiprocessing's ``pymp-*`` folder,
+    wandb's media folders), and torchrun never removes its ``torchelastic_*`` logs: here they go with
+    the test. Short, under /tmp: a fork server's socket path in it must fit AF_UNIX's 107 bytes.
+    """
+    path = Path(tempfile.mkdtemp(prefix="fastsac-test-"))
+    monkeypatch.setenv("TMPDIR", str(path))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -36,16 +36,16 @@ MODES = {
     "async-2-collectors": ["algo.trainer.asynchronous=true", "algo.trainer.async_options.num_collectors=2"],
     "sync": ["algo.trainer.asynchronous=false"],
 }
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 _log = logging.getLogger(__name__)
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     """The trainer in a session of its own (so one killpg reaches every process it started)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # TMPDIR: the test's child_tmpdir
     with log.open("wb") as out:
         return subprocess.Popen(
-            [str(TRAINER), *args], env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            [str(TRAINER), *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
 
 
@@ -70,6 +70,7 @@ def _kill_tree(proc: subprocess.Popen[bytes], tree: set[int]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("child_tmpdir")  # a killed trainer's temporary files go with the test
 @pytest.mark.parametrize("mode", list(MODES))
 def test_sigkill_of_the_whole_tree_then_resume_continues_to_the_budget(
     tmp_path: Path, run_end: Any, mode: str

@@ -25,6 +25,10 @@ import pytest
 from fastsac_async.run_layout import RunLayout
 from fastsac_trainer.testing import TINY_PENDULUM
 
+# torchrun never removes its logs (torchelastic_* in TMPDIR), and a killed host cannot remove its own
+# temporary files: every test here gives its hosts a TMPDIR of its own, removed after it.
+pytestmark = pytest.mark.usefixtures("child_tmpdir")
+
 APP_MAIN = Path(__file__).resolve().parents[1] / "apps" / "trainer" / "__main__.py"
 TINY = [
     *TINY_PENDULUM,

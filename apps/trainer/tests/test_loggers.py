@@ -209,6 +209,7 @@ def _checkpoint_iteration(run_dir: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("child_tmpdir")  # the killed run's temporary files (wandb's too) go with the test
 def test_a_killed_run_resumed_from_its_checkpoint_keeps_every_later_point_in_wandb(tmp_path: Path) -> None:
     """SIGKILLed past its last checkpoint, then resumed: W&B rewinds there and holds every later point."""
     pytest.importorskip("wandb", reason="the optional extra `wandb` is not installed")

@@ -16,7 +16,7 @@ of a seed list (``seed=1,2,3``, one process) and for each ``train()`` call, the 
 start-up lines count from it, and the run's TensorBoard config events carry it (``trainer plot``
 counts its wall-clock axis from it).
 
-With ``FASTSAC_PROFILE_BOOT`` set (:data:`fastsac_async.worker_start.PROFILE_BOOT_ENV`, which also
+With ``FASTSAC_PROFILE_BOOT`` set (:data:`fastsac_async.PROFILE_BOOT_ENV`, which also
 profiles every worker's start), the trainer's own start runs under cProfile from the start of its
 training command or ``train()`` call (:func:`profile_launch`, before the fork server starts) to the
 milestone its clock is given (``workers running``, or the synchronous trainer's ``first update``),
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
 
-from fastsac_async.worker_start import profile_boot
+from fastsac_async import profile_boot  # imports no torch
 
 __all__ = ["BootClock", "launch_time", "next_launch", "profile_launch"]
 

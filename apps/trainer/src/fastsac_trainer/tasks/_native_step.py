@@ -35,6 +35,10 @@ from gymnasium.envs.mujoco.walker2d_v5 import Walker2dEnv
 
 __all__ = ["NativeStep", "native_step"]
 
+__fastsac_env_adapter__ = True
+"""This module steps gymnasium's envs for them (``fastsac_core.ADAPTER_MARK``): an exception raised while
+it does is never said raised here."""
+
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
