@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from fastsac_trainer.tasks import MujocoBatchedEnv
-from fastsac_trainer.tasks._native_step import native_step
+from fastsac_trainer.tasks._native_step import native_step, plain_env
+
+# A user's env whose registration wraps a built-in class in a wrapper that changes its rewards.
+gym.register(
+    id="NativeStepScaledHopper-v0",
+    entry_point=lambda: gym.wrappers.TransformReward(gym.make("Hopper-v5").unwrapped, lambda r: 2.0 * r),
+    max_episode_steps=50,
+)
 
 # Each env with its defaults, then with settings of every kind its step reads (weights, ranges, flags).
 CASES = [
@@ -59,12 +66,26 @@ def _steps(env: MujocoBatchedEnv, actions: np.ndarray) -> list[tuple[np.ndarray,
     return out
 
 
-@pytest.mark.parametrize(("env_id", "kwargs"), CASES, ids=[f"{e}-{i}" for i, (e, _) in enumerate(CASES)])
-def test_the_batched_step_equals_gymnasiums_step(env_id: str, kwargs: dict[str, Any]) -> None:
-    """Random actions (falls, resets): obs, rewards, flags and returns are gymnasium's, bit for bit."""
-    native = MujocoBatchedEnv(env_id, 6, seed=3, env_kwargs=kwargs, max_episode_steps=60)
+KEPT = [("Humanoid-v5", {}), ("Hopper-v5", {"healthy_reward": 2.0}), ("Walker2d-v5", {})]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "keep_wrappers"),
+    [(*case, False) for case in CASES] + [(*case, True) for case in KEPT],
+    ids=[f"{e}-{i}" for i, (e, _) in enumerate(CASES)] + [f"{e}-kept-wrappers" for e, _ in KEPT],
+)
+def test_the_batched_step_equals_gymnasiums_step(
+    env_id: str, kwargs: dict[str, Any], keep_wrappers: bool
+) -> None:
+    """Random actions (falls, resets, time limits): obs, rewards, flags and returns are gymnasium's exactly.
+
+    With kept wrappers (``task=gym``) the time limit is the registered TimeLimit's in gymnasium's step
+    and the batch's own count in the batched one.
+    """
+    settings: dict[str, Any] = {"env_kwargs": kwargs, "max_episode_steps": 25, "keep_wrappers": keep_wrappers}
+    native = MujocoBatchedEnv(env_id, 6, seed=3, **settings)
     # The same batch, stepped through gymnasium's own step.
-    stepped = MujocoBatchedEnv(env_id, 6, seed=3, env_kwargs=kwargs, max_episode_steps=60, batched_step=False)
+    stepped = MujocoBatchedEnv(env_id, 6, seed=3, batched_step=False, **settings)
     assert native._native is not None, "the built-in envs take the batched step"
     try:
         # Beyond the bounds too: both clip the same way before the physics.
@@ -76,8 +97,9 @@ def test_the_batched_step_equals_gymnasiums_step(env_id: str, kwargs: dict[str, 
     finally:
         native.close()
         stepped.close()
-    ended = sum(int(step[2].sum() + step[3].sum()) for step in theirs)
-    assert ended > 0, "episodes ended and were reset within the steps compared"
+    falls, limits = (sum(int(step[k].sum()) for step in theirs) for k in (2, 3))
+    assert falls + limits > 0, "episodes ended and were reset within the steps compared"
+    assert limits > 0 or not keep_wrappers, "the batch's count of a kept TimeLimit's limit was compared"
     for t, (mine, gyms) in enumerate(zip(ours, theirs, strict=True)):
         names = ("obs", "rewards", "terminated", "truncated", "returns")
         for name, a, b in zip(names, mine, gyms, strict=True):
@@ -86,14 +108,20 @@ def test_the_batched_step_equals_gymnasiums_step(env_id: str, kwargs: dict[str, 
 
 
 def test_other_envs_and_windows_are_stepped_by_gymnasium() -> None:
-    """No batched step for another env, a subclass, wrapped envs, or an env drawing in a window."""
+    """No batched step for another env, a subclass, a wrapper changing steps, or one drawing in a window."""
     pendulum = MujocoBatchedEnv("InvertedPendulum-v5", 2, seed=0)
-    wrapped = MujocoBatchedEnv("Hopper-v5", 2, seed=0, keep_wrappers=True)
+    scaled = MujocoBatchedEnv("NativeStepScaledHopper-v0", 2, seed=0, keep_wrappers=True)
     try:
-        assert pendulum._native is None and wrapped._native is None
+        assert pendulum._native is None and scaled._native is None
+        scaled.reset()
+        assert scaled.step(np.zeros((2, 3), np.float32)).rewards[0] > 1.9, "its wrapper doubles the reward"
     finally:
         pendulum.close()
-        wrapped.close()
+        scaled.close()
+    limited = gym.make("Hopper-v5", max_episode_steps=7)
+    assert plain_env(limited) == (limited.unwrapped, 7), "gymnasium's own wrappers: the env and its limit"
+    assert plain_env(gym.wrappers.ClipReward(limited, 0.0, 1.0)) is None
+    limited.close()
     hopper = gym.make("Hopper-v5").unwrapped
     sub = type("MyHopper", (type(hopper),), {})()
     try:

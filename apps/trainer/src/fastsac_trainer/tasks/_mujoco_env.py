@@ -7,9 +7,11 @@ limit, episode statistics and random actions are done here, vectorised with nump
 (``wiki/benchmarks.md``, section Environments). For gymnasium's v5 Humanoid, Ant, HalfCheetah,
 Hopper and Walker2d the loop runs only their physics, and their observations, rewards and
 terminations are computed for the whole batch at once, as the envs' own ``step`` computes them (Note
-[native step] in :mod:`fastsac_trainer.tasks._native_step`). A user's env (``task=gym``) keeps every wrapper
-its registration adds (``keep_wrappers=True``): a reward-scaling or observation wrapper is part of
-the task, and its TimeLimit's truncation is taken as it reports it.
+[native step] in :mod:`fastsac_trainer.tasks._native_step`). A user's env (``task=gym``) keeps every
+wrapper its registration adds (``keep_wrappers=True``): a reward-scaling or observation wrapper is
+part of the task, and its TimeLimit's truncation is taken as it reports it (unless the wrappers are
+only gymnasium's time limit and checks around one of those five classes: then the batched step runs
+and the batch counts the TimeLimit's limit itself).
 
 # Note [obs double buffering]
 ``step`` writes observations into one of two preallocated float32 arrays, alternating, so
@@ -43,7 +45,7 @@ import numpy.typing as npt
 import torch
 
 from fastsac_core import EnvDims, StepResult
-from fastsac_trainer.tasks._native_step import native_step
+from fastsac_trainer.tasks._native_step import NativeStep, native_step, plain_env
 from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
 from fastsac_trainer.tasks.exceptions import EnvProtocolError, EnvSpaceError, TaskError, kwargs_fault
 
@@ -178,8 +180,9 @@ class MujocoBatchedEnv:
         env_kwargs: Keyword arguments of ``gymnasium.make`` for every env.
         keep_wrappers: Step the envs with their registered wrappers (the user's envs) instead of
             the unwrapped classes (the built-in tasks' fast path).
-        batched_step: Step gymnasium's v5 locomotion envs in one batch (Note [native step]); False
-            steps each env through its own ``step`` (the same results, slower: for comparison).
+        batched_step: Step gymnasium's v5 locomotion envs in one batch (Note [native step]; kept
+            wrappers too, when they are only gymnasium's time limit and checks); False steps each env
+            through its own ``step`` (the same results, slower: for comparison).
     """
 
     def __init__(
@@ -226,8 +229,7 @@ class MujocoBatchedEnv:
         self._own_limit = np.iinfo(np.int64).max if keep_wrappers else self._max_episode_steps
         self._keep_wrappers = keep_wrappers
         self._envs: list[Any] = wrapped if keep_wrappers else [env.unwrapped for env in wrapped]
-        # Note [native step]: gymnasium's step without its Python per env, for its five locomotion envs.
-        self._native = native_step(self._envs) if batched_step and not keep_wrappers else None
+        self._native = self._native_step() if batched_step else None
 
         obs_dim = int(obs_space.shape[0])
         act_dim = int(act_space.shape[0])
@@ -257,6 +259,21 @@ class MujocoBatchedEnv:
         self._pending_seeds: list[int] | None = env_seeds(seed, n)
         self._has_reset = False
         self._closed = False
+
+    def _native_step(self) -> NativeStep | None:
+        """Note [native step] for these envs, or None; the batch then counts a kept TimeLimit's limit."""
+        inner, limits = [], set()
+        for env in self._envs:
+            plain = plain_env(env)  # kept wrappers: only gymnasium's time limit and checks, or None
+            if plain is None:
+                return None
+            inner.append(plain[0])
+            limits.add(plain[1])
+        native = native_step(inner)
+        if native is not None and self._keep_wrappers:  # the TimeLimit no longer counts steps: the batch does
+            (limit,) = limits  # the envs are made alike
+            self._own_limit = np.iinfo(np.int64).max if limit is None else int(limit)
+        return native
 
     @property
     def num_envs(self) -> int:

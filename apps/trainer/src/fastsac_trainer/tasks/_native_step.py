@@ -15,7 +15,10 @@ env's own attributes (``_forward_reward_weight``, ``_healthy_z_range``...), so `
 hold as in gymnasium. Resets, the env state, rendering and everything else stay gymnasium's: only
 ``step`` is replaced, and only for these five classes exactly (a subclass, another version, or an
 env rendering to a window gets none: :func:`native_step` returns None and the batch steps the envs
-through gymnasium). The info dict is not built: the batch never returned it.
+through gymnasium). The info dict is not built: the batch never returned it. A user's env kept with
+its registered wrappers (``task=gym``) is stepped so too when those wrappers change nothing a step
+returns but its time limit (gymnasium's own ``TimeLimit``, ``OrderEnforcing`` and ``PassiveEnvChecker``:
+:func:`plain_env`); the batch then counts that limit itself, as it does for the built-in tasks.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import gymnasium as gym
 import mujoco
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +36,9 @@ from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
 from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
 from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
 from gymnasium.envs.mujoco.walker2d_v5 import Walker2dEnv
+from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 
-__all__ = ["NativeStep", "native_step"]
+__all__ = ["NativeStep", "native_step", "plain_env"]
 
 __fastsac_env_adapter__ = True
 """This module steps gymnasium's envs for them (``fastsac_core.ADAPTER_MARK``): an exception raised while
@@ -235,3 +240,20 @@ def native_step(envs: Sequence[Any]) -> NativeStep | None:
     if build is None or any(type(env) is not kind or env.render_mode == "human" for env in envs):
         return None
     return build(envs)
+
+
+def plain_env(env: Any) -> tuple[Any, int | None] | None:
+    """``env`` without the wrappers that change nothing its step returns but the time limit, and that limit.
+
+    Returns:
+        ``(the innermost env, its TimeLimit's limit or None)``, or None when another wrapper is in the
+        chain (a reward scaler, an observation wrapper: part of a user's task).
+    """
+    limit = None
+    while isinstance(env, gym.Wrapper):
+        if type(env) is TimeLimit:
+            limit = env._max_episode_steps if limit is None else min(limit, env._max_episode_steps)
+        elif type(env) not in (OrderEnforcing, PassiveEnvChecker):
+            return None
+        env = env.env
+    return env, limit
