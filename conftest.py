@@ -145,7 +145,7 @@ def child_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     wandb's media folders), and torchrun never removes its ``torchelastic_*`` logs: here they go with
     the test. Short, under /tmp: a fork server's socket path in it must fit AF_UNIX's 107 bytes.
     """
-    path = Path(tempfile.mkdtemp(prefix="fastsac-test-"))
+    path = Path(tempfile.mkdtemp(prefix="fastsac-test-", dir="/tmp" if os.path.isdir("/tmp") else None))
     monkeypatch.setenv("TMPDIR", str(path))
     try:
         yield path

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fastsac_async.worker_start import PROFILE_BOOT_ENV
+from fastsac_async import PROFILE_BOOT_ENV
 from fastsac_trainer.boot_clock import BootClock
 
 
@@ -64,12 +64,16 @@ def test_a_single_milestone_is_not_summed_up(caplog: pytest.LogCaptureFixture) -
 
 
 def test_a_start_up_profile_is_written_at_its_milestone_or_marked_incomplete_at_the_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
 ) -> None:
     """FASTSAC_PROFILE_BOOT: the profile is written at the clock's milestone, or incomplete at finish()."""
     from fastsac_trainer import boot_clock
 
     monkeypatch.setattr(boot_clock, "_profile", None)
+    request.addfinalizer(boot_clock.stop_profile)  # never left profiling the session, whatever fails
     reached, ended = tmp_path / "logs" / "reached.prof", tmp_path / "logs" / "ended.prof"
     boot_clock.profile_launch()  # not asked: nothing runs, nothing is written
     BootClock(profile=(reached, "workers running")).mark("workers running")
@@ -93,3 +97,32 @@ def test_a_start_up_profile_is_written_at_its_milestone_or_marked_incomplete_at_
         f"start-up profile: {ended} (incomplete: the run ended before workers running) (read it with python "
         "-m pstats)",
     ]
+
+
+def test_a_run_refused_before_its_clock_drops_the_profile_and_another_profiler_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
+) -> None:
+    """stop_profile() ends a profile no clock took; under another profiler none is started, in one line."""
+    import sys
+
+    from fastsac_trainer import boot_clock
+
+    monkeypatch.setattr(boot_clock, "_profile", None)
+    request.addfinalizer(boot_clock.stop_profile)
+    monkeypatch.setenv(PROFILE_BOOT_ENV, "1")
+    boot_clock.profile_launch()
+    assert boot_clock._profile is not None and sys.getprofile() is not None
+    boot_clock.stop_profile()  # a refused run: nothing written, nothing left profiling
+    assert boot_clock._profile is None and sys.getprofile() is None
+
+    def outer(*args: object) -> None:
+        return None
+
+    sys.setprofile(outer)  # a user's own profiler
+    try:
+        with caplog.at_level(logging.INFO, logger="fastsac_trainer.boot_clock"):
+            boot_clock.profile_launch()
+        assert boot_clock._profile is None and sys.getprofile() is outer
+    finally:
+        sys.setprofile(None)
+    assert "start-up profile not taken: another profiler runs in this process" in caplog.text

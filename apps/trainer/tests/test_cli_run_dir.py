@@ -378,7 +378,8 @@ def test_a_failed_new_run_keeps_a_folder_it_did_not_make(
         create_run_dir(tmp_path, "r", "a: 1\n")
     assert str(failed.value) == (
         f"run_name='r' is invalid: the run folder {run_dir} must be writable and {run_dir} is not "
-        f"(Permission denied); make it writable (chmod -R u+w {run_dir}), or choose another run_name"
+        f"(Permission denied); make it writable (chmod -R u+w {run_dir}), or choose another run_name "
+        "(runs_root=DIR for another folder of runs)"
     )
     assert run_dir.is_dir() and not any(run_dir.iterdir())
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from fastsac_async import PROFILE_BOOT_ENV
 from fastsac_async.collector.loop import Collector
 from fastsac_async.collector.process import collector_settings
 from fastsac_async.config import AsyncOptions
@@ -23,7 +24,6 @@ from fastsac_async.run_layout import RunLayout
 from fastsac_async.spec import EngineSpec, TrainingRun, learner_threads
 from fastsac_async.testing import FakeEnvFactory, FirstActionsEnvFactory, cpu_topology
 from fastsac_async.worker_process import BootTimeline
-from fastsac_async.worker_start import PROFILE_BOOT_ENV
 from fastsac_core import (
     EnvDims,
     FastSACConfig,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fastsac_trainer.boot_clock import next_launch
 from fastsac_trainer.config.exceptions import TrainerAppError
 from fastsac_trainer.main_guard import check_main_guard
-from fastsac_trainer.training import RunOutcome, start_workers_first, train_run
+from fastsac_trainer.training import RunOutcome, end_start, start_workers_first, train_run
 
 if TYPE_CHECKING:
     from fastsac_async import PrestartedWorkers
@@ -190,7 +190,7 @@ def train(
     try:
         return _train(server, task, env_id, env_factory, env_kwargs, env_import, overrides)
     finally:
-        server.cancel()  # unless a run was handed it
+        end_start(server)  # unless a run was handed it
 
 
 def _train(

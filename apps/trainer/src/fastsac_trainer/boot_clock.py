@@ -21,13 +21,15 @@ profiles every worker's start), the trainer's own start runs under cProfile from
 training command or ``train()`` call (:func:`profile_launch`, before the fork server starts) to the
 milestone its clock is given (``workers running``, or the synchronous trainer's ``first update``),
 and the clock writes it to ``logs/trainer.boot.prof`` (``RunLayout.boot_profile``), marked
-incomplete when the run ends before that milestone.
+incomplete when the run ends before that milestone; a seed list profiles its first run, a script
+each ``train()`` call, and a run refused before its clock drops it (:func:`stop_profile`).
 """
 
 from __future__ import annotations
 
 import cProfile
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -35,7 +37,7 @@ import psutil  # type: ignore[import-untyped]
 
 from fastsac_async import profile_boot  # imports no torch
 
-__all__ = ["BootClock", "launch_time", "next_launch", "profile_launch"]
+__all__ = ["BootClock", "launch_time", "next_launch", "profile_launch", "stop_profile"]
 
 _log = logging.getLogger(__name__)
 
@@ -48,11 +50,33 @@ _profile: cProfile.Profile | None = None
 
 
 def profile_launch() -> None:
-    """Profile this process's start from now when ``FASTSAC_PROFILE_BOOT`` asks (once per process)."""
+    """Profile this run's start from now when ``FASTSAC_PROFILE_BOOT`` asks and no profile runs.
+
+    A run's clock writes it (the first run of a seed list, each ``train()`` call); a run that ends
+    before it has a clock drops it (:func:`stop_profile`). Under another profiler (``python -m
+    cProfile``), nothing is started: one line says so.
+    """
     global _profile
-    if _profile is None and profile_boot():
-        _profile = cProfile.Profile()
-        _profile.enable()
+    if _profile is not None or not profile_boot():
+        return
+    if sys.getprofile() is not None:
+        _log.info("start-up profile not taken: another profiler runs in this process")
+        return
+    profile = cProfile.Profile()
+    try:
+        profile.enable()
+    except ValueError as exc:  # Python 3.12+: another profiling tool holds the hook
+        _log.info("start-up profile not taken: %s", exc)
+        return
+    _profile = profile
+
+
+def stop_profile() -> None:
+    """Drop a start-up profile no clock wrote (the run was refused, or ended, before its clock)."""
+    global _profile
+    profile, _profile = _profile, None
+    if profile is not None:
+        profile.disable()
 
 
 def next_launch() -> None:

@@ -270,7 +270,7 @@ def _writing(
                 raise TrainerAppError(
                     f"run_name={run_dir.name!r} is invalid: the run folder {run_dir} must be writable and "
                     f"{failed} is not ({reason}); make it writable (chmod -R u+w {run_dir}), or choose "
-                    "another run_name"
+                    "another run_name (runs_root=DIR for another folder of runs)"
                 ) from None
             raise TrainerAppError(
                 f"runs_root={str(runs_root)!r} is invalid: the new run folder {run_dir} must be writable and "

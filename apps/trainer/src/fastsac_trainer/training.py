@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fastsac_trainer.cluster import Cluster
     from fastsac_trainer.parent_log import ParentLog
 
-__all__ = ["RunOutcome", "start_workers_first", "train_run", "train_seeds"]
+__all__ = ["RunOutcome", "end_start", "start_workers_first", "train_run", "train_seeds"]
 
 
 @dataclass
@@ -100,7 +100,7 @@ def train_seeds(overrides: list[str]) -> int:
                 return code
         return 0
     finally:
-        server.cancel()  # a refused list, or runs that never handed it over (synchronous, refused)
+        end_start(server)  # a refused list, or runs that never handed it over (synchronous, refused)
 
 
 def train_run(
@@ -122,7 +122,7 @@ def train_run(
             return _prepared_run(overrides, outcome, cluster, server)
     finally:
         if owned:
-            server.cancel()  # no asynchronous run was handed it: refused, synchronous, nothing to train
+            end_start(server)  # no asynchronous run was handed it: refused, synchronous, nothing to train
 
 
 def start_workers_first() -> PrestartedWorkers:
@@ -138,6 +138,14 @@ def start_workers_first() -> PrestartedWorkers:
 
     profile_launch()  # FASTSAC_PROFILE_BOOT: the start-up under cProfile from here (the clock writes it)
     return prestart_workers()
+
+
+def end_start(server: PrestartedWorkers) -> None:
+    """What :func:`start_workers_first` began and no run took: the fork server, a start-up profile."""
+    from fastsac_trainer.boot_clock import stop_profile
+
+    server.cancel()
+    stop_profile()
 
 
 def _prepared_run(

@@ -30,7 +30,8 @@ PROFILE_BOOT_ENV = "FASTSAC_PROFILE_BOOT"
 """Environment variable: ``1`` (or ``true``, ``yes``, ``on``), every worker runs its start-up under
 cProfile and writes it to ``RunLayout.boot_profile(worker)``: at its release, or, marked incomplete, when
 its start-up ends otherwise (a failure, a stop, a boot timeout); the trainer's own process does the same
-from its run's start to its workers' release (``logs/trainer.boot.prof``). ``python -m pstats``
+from its run's start to its workers' release, or a synchronous run's first update
+(``logs/trainer.boot.prof``: the first run of a seed list, each ``train()`` call). ``python -m pstats``
 reads them."""
 
 

@@ -2,16 +2,15 @@
 
 The built-in MuJoCo tasks step the *unwrapped* gymnasium classes in a plain Python loop: no
 vector-env wrapper, no TimeLimit/OrderEnforcing/PassiveEnvChecker chain. Auto-reset, the time
-limit, episode statistics and random actions are done here, vectorised with numpy. This measured
-~10 % faster than ``gymnasium.vector.SyncVectorEnv`` on the same envs
-(``wiki/benchmarks.md``, section Environments). For gymnasium's v5 Humanoid, Ant, HalfCheetah,
-Hopper and Walker2d the loop runs only their physics, and their observations, rewards and
-terminations are computed for the whole batch at once, as the envs' own ``step`` computes them (Note
-[native step] in :mod:`fastsac_trainer.tasks._native_step`). A user's env (``task=gym``) keeps every
-wrapper its registration adds (``keep_wrappers=True``): a reward-scaling or observation wrapper is
-part of the task, and its TimeLimit's truncation is taken as it reports it (unless the wrappers are
-only gymnasium's time limit and checks around one of those five classes: then the batched step runs
-and the batch counts the TimeLimit's limit itself).
+limit, episode statistics and random actions are done here, vectorised with numpy (faster than
+``gymnasium.vector.SyncVectorEnv`` on the same envs: ``wiki/benchmarks.md``, Environments). For
+gymnasium's v5 Humanoid, Ant, HalfCheetah, Hopper and Walker2d the loop runs only their physics, and
+their observations, rewards and terminations are computed for the whole batch at once, as the envs'
+own ``step`` computes them (Note [native step] in :mod:`fastsac_trainer.tasks._native_step`). A
+user's env (``task=gym``) keeps every wrapper its registration adds (``keep_wrappers=True``): a
+reward-scaling or observation wrapper is part of the task, and its TimeLimit's truncation is taken
+as it reports it (unless the wrappers are only gymnasium's time limit and checks around one of those
+five classes: then the batched step runs and the batch counts the TimeLimit's limit itself).
 
 # Note [obs double buffering]
 ``step`` writes observations into one of two preallocated float32 arrays, alternating, so
@@ -345,7 +344,8 @@ class MujocoBatchedEnv:
         terminated = self._terminated
         env_truncated = self._env_truncated
         if self._native is not None:
-            self._native(clipped, obs, rewards, terminated)  # unwrapped: never truncated by the env
+            # The env itself never truncates: a time limit, a kept TimeLimit's too, is the batch's count.
+            self._native(clipped, obs, rewards, terminated)
         else:
             for i, env in enumerate(self._envs):
                 o, r, term, trunc, _ = env.step(clipped[i])

@@ -3,22 +3,24 @@
 # Note [native step]
 A gymnasium MuJoCo env's ``step`` is MuJoCo's physics (``mj_step``, ``mj_rnePostConstraint``) plus
 Python around it: the centre of mass twice, the observation concatenated, the reward terms, an info
-dict. On Humanoid-v5 that Python is about a fifth of a step, on Hopper-v5 and Walker2d-v5 about
-two fifths (``reference/env-measurements.md``). A collector steps 32 or more envs in one loop, so
-the built-in tasks' batch (:class:`~fastsac_trainer.tasks._mujoco_env.MujocoBatchedEnv` without
-kept wrappers) steps the physics of each env and copies the MuJoCo arrays the task reads into (N, ...)
-arrays, then computes every env's observation, reward and termination at once with numpy, the way
-the env's own ``step`` does: the same MuJoCo calls on the same ``MjData``, the same arithmetic in
-the same order and dtypes, so the results are the env's own, bit for bit (``test_native_step.py``
-steps both side by side, with non-default env settings too). The settings are read from each
-env's own attributes (``_forward_reward_weight``, ``_healthy_z_range``...), so ``task.env_kwargs``
-hold as in gymnasium. Resets, the env state, rendering and everything else stay gymnasium's: only
-``step`` is replaced, and only for these five classes exactly (a subclass, another version, or an
-env rendering to a window gets none: :func:`native_step` returns None and the batch steps the envs
-through gymnasium). The info dict is not built: the batch never returned it. A user's env kept with
-its registered wrappers (``task=gym``) is stepped so too when those wrappers change nothing a step
-returns but its time limit (gymnasium's own ``TimeLimit``, ``OrderEnforcing`` and ``PassiveEnvChecker``:
-:func:`plain_env`); the batch then counts that limit itself, as it does for the built-in tasks.
+dict; a sizeable share of a step on these envs (the figures: ``wiki/benchmarks.md``, Environments).
+A collector steps 32 or more envs in one loop, so the batch
+(:class:`~fastsac_trainer.tasks._mujoco_env.MujocoBatchedEnv`) steps the physics of each env and
+copies the MuJoCo arrays the task reads into (N, ...) arrays, then computes every env's observation,
+reward and termination at once with numpy, the way the env's own ``step`` does: the same MuJoCo
+calls on the same ``MjData``, the same arithmetic in the same order and dtypes, so the results are
+the env's own, bit for bit (``test_native_step.py`` steps both side by side, every setting the step
+reads changed too). The settings are read from each env's own attributes (``_forward_reward_weight``,
+``_healthy_z_range``...), so ``task.env_kwargs`` hold as in gymnasium. Resets, the env state,
+rendering and everything else stay gymnasium's; the info dict is not built (the batch never returned
+it). Only what was checked takes it (:func:`native_step`, else gymnasium steps the envs): these five
+classes exactly, of the gymnasium version the batched steps were written against
+(:data:`CHECKED_GYMNASIUM`), with none of the methods a step calls replaced (a subclass, a patched
+class or instance), no env drawing in a window, and settings the batched step can read (else the
+env's own step reports them). A user's env kept with its registered wrappers (``task=gym``) is
+stepped so too when those wrappers change nothing a step returns but its time limit (gymnasium's own
+``TimeLimit``, ``OrderEnforcing`` and ``PassiveEnvChecker``: :func:`plain_env`); the batch then
+counts that limit itself, as it does for the built-in tasks.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
 from gymnasium.envs.mujoco.walker2d_v5 import Walker2dEnv
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 
-__all__ = ["NativeStep", "native_step", "plain_env"]
+__all__ = ["CHECKED_GYMNASIUM", "NativeStep", "native_step", "plain_env"]
+
+CHECKED_GYMNASIUM = ("1.4.0",)
+"""gymnasium versions whose v5 envs' ``step`` the batched steps here were checked against
+(``test_native_step.py``); under any other, gymnasium steps the envs."""
 
 __fastsac_env_adapter__ = True
 """This module steps gymnasium's envs for them (``fastsac_core.ADAPTER_MARK``): an exception raised while
@@ -87,6 +93,10 @@ class NativeStep(abc.ABC):
     def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
         """Step every env with ``actions`` (clipped, float32) and write the step's rows into the arrays."""
 
+    def healthy(self) -> B:
+        """Each env's ``is_healthy``, from the copies of the last step (all True where none is judged)."""
+        return np.ones(self.n, np.bool_)
+
 
 def _positions(qpos: F64, exclude: bool, skipped: int) -> F64:
     kept: F64 = qpos[:, skipped:] if exclude else qpos
@@ -98,6 +108,14 @@ def _ctrl_cost(weight: float, actions: F32) -> Any:
     return weight * np.sum(np.square(actions), axis=1)
 
 
+_HUMANOID_FLAGS = (
+    "_include_cinert_in_observation",
+    "_include_cvel_in_observation",
+    "_include_qfrc_actuator_in_observation",
+    "_include_cfrc_ext_in_observation",
+)
+
+
 class _Humanoid(NativeStep):
     def __init__(self, envs: Sequence[Any]) -> None:
         super().__init__(
@@ -106,6 +124,9 @@ class _Humanoid(NativeStep):
             before=("xipos",),
         )
         self._mass = np.expand_dims(self.env.model.body_mass, axis=1)[None]  # mass_center's, per env
+        flags = [name for name in _HUMANOID_FLAGS if not isinstance(getattr(self.env, name), bool)]
+        if flags:  # gymnasium sizes the observation by the flag and fills it by `is True`: they disagree
+            raise TypeError(f"Humanoid-v5's {flags} must be True or False")
 
     def _xy(self, xipos: F64) -> F64:
         centre: F64 = np.sum(self._mass * xipos, axis=1) / np.sum(self._mass)
@@ -125,15 +146,19 @@ class _Humanoid(NativeStep):
         if env._include_cfrc_ext_in_observation is True:
             parts.append(a["cfrc_ext"][:, 1:].reshape(n, -1))
         obs[:] = np.concatenate(parts, axis=1)
-        min_z, max_z = env._healthy_z_range
-        z = a["qpos"][:, 2]
-        healthy = (min_z < z) & (z < max_z)
+        healthy = self.healthy()
         forward = env._forward_reward_weight * velocity[:, 0]
         ctrl_cost = env._ctrl_cost_weight * np.sum(np.square(a["ctrl"]), axis=1)
         contact_cost = env._contact_cost_weight * np.sum(np.square(a["cfrc_ext"]).reshape(n, -1), axis=1)
         contact_cost = np.clip(contact_cost, *env._contact_cost_range)
         rewards[:] = (forward + healthy * env._healthy_reward) - (ctrl_cost + contact_cost)
         terminated[:] = ~healthy & bool(env._terminate_when_unhealthy)
+
+    def healthy(self) -> B:
+        min_z, max_z = self.env._healthy_z_range
+        z = self.after["qpos"][:, 2]
+        ok: B = (min_z < z) & (z < max_z)
+        return ok
 
 
 class _Ant(NativeStep):
@@ -151,14 +176,18 @@ class _Ant(NativeStep):
         if env._include_cfrc_ext_in_observation:
             parts.append(contact_forces[:, 1:].reshape(n, -1))
         obs[:] = np.concatenate(parts, axis=1)
-        state = np.concatenate((a["qpos"], a["qvel"]), axis=1)
-        min_z, max_z = env._healthy_z_range
-        healthy = np.isfinite(state).all(axis=1) & (min_z <= state[:, 2]) & (state[:, 2] <= max_z)
+        healthy = self.healthy()
         forward = velocity[:, 0] * env._forward_reward_weight
         contact_cost = env._contact_cost_weight * np.sum(np.square(contact_forces).reshape(n, -1), axis=1)
         costs = _ctrl_cost(env._ctrl_cost_weight, actions) + contact_cost
         rewards[:] = (forward + healthy * env._healthy_reward) - costs
         terminated[:] = ~healthy & bool(env._terminate_when_unhealthy)
+
+    def healthy(self) -> B:
+        state = np.concatenate((self.after["qpos"], self.after["qvel"]), axis=1)
+        min_z, max_z = self.env._healthy_z_range  # bounds included, unlike the others'
+        ok: B = np.isfinite(state).all(axis=1) & (min_z <= state[:, 2]) & (state[:, 2] <= max_z)
+        return ok
 
 
 class _Planar(NativeStep):
@@ -178,8 +207,7 @@ class _Planar(NativeStep):
         x_velocity: F64 = (a["qpos"][:, 0] - self.before["qpos"][:, 0]) / env.dt
         return x_velocity
 
-    def healthy(self) -> B:
-        """Whether each env is healthy after the step (Walker2d's rule; Hopper adds its state's)."""
+    def healthy(self) -> B:  # Walker2d's rule; Hopper adds its state's, HalfCheetah judges none
         env, qpos = self.env, self.after["qpos"]
         (min_z, max_z), (min_angle, max_angle) = env._healthy_z_range, env._healthy_angle_range
         z, angle = qpos[:, 1], qpos[:, 2]
@@ -204,6 +232,8 @@ class _HalfCheetah(_Planar):
         rewards[:] = env._forward_reward_weight * x_velocity - _ctrl_cost(env._ctrl_cost_weight, actions)
         terminated[:] = False
 
+    healthy = NativeStep.healthy  # judges none
+
 
 class _Walker2d(_Planar):
     clip_velocity = 10.0
@@ -227,19 +257,45 @@ _NATIVE: dict[type, Callable[[Sequence[Any]], NativeStep]] = {
     Walker2dEnv: _Walker2d,
 }
 
+_STEP_METHODS = (
+    "step", "do_simulation", "_step_mujoco_simulation", "_get_obs", "_get_rew", "control_cost",
+    "contact_cost", "contact_forces", "healthy_reward", "is_healthy", "state_vector", "dt",
+)  # fmt: skip
+"""What a step of these classes calls: a class or instance that replaces one is not the checked step."""
+
+_ORIGINAL = {
+    kind: {name: getattr(kind, name) for name in _STEP_METHODS if hasattr(kind, name)} for kind in _NATIVE
+}
+
+
+def _as_checked(env: Any, kind: type) -> bool:
+    """``env`` is exactly ``kind`` with its step's methods as gymnasium wrote them, and draws in no window."""
+    return (
+        type(env) is kind
+        and getattr(env, "render_mode", None) != "human"  # a window is drawn in step
+        and all(getattr(kind, name) is method for name, method in _ORIGINAL[kind].items())
+        and not any(name in vars(env) for name in _STEP_METHODS)
+    )
+
 
 def native_step(envs: Sequence[Any]) -> NativeStep | None:
     """The batched step of ``envs`` (unwrapped, made alike), or None when gymnasium must step them.
 
-    None unless every env is exactly one of gymnasium's v5 Humanoid, Ant, HalfCheetah, Hopper or
-    Walker2d classes (Note [native step]) and none renders to a window (``render_mode="human"``
-    draws in ``step``).
+    None unless gymnasium is a version the batched steps were checked against, every env is exactly
+    one of its v5 Humanoid, Ant, HalfCheetah, Hopper or Walker2d classes, unpatched and drawing in no
+    window (Note [native step]), and the batched step can read the env's settings (an Ant whose
+    ``main_body`` names no body: its own step says so, in the env's words).
     """
     kind = type(envs[0]) if envs else None
     build = _NATIVE.get(kind) if kind is not None else None
-    if build is None or any(type(env) is not kind or env.render_mode == "human" for env in envs):
+    if kind is None or build is None or gym.__version__ not in CHECKED_GYMNASIUM:
         return None
-    return build(envs)
+    if not all(_as_checked(env, kind) for env in envs):
+        return None
+    try:
+        return build(envs)
+    except Exception:  # a setting it cannot read: gymnasium's step reports it, as the env's own error
+        return None
 
 
 def plain_env(env: Any) -> tuple[Any, int | None] | None:
