@@ -146,6 +146,10 @@ def test_async_run_with_two_collectors(tmp_path: Path) -> None:
         assert re.search(rf"start-up: {milestone} \d+\.\d s after launch", out), milestone
         assert f"start-up: {milestone} " in parent_log
     assert re.search(r"spawned learner0 \(pid \d+; forked in \d+\.\d\d s\)", parent_log)
+    collector_log = RunLayout(run_dir).log("collector0").read_text()
+    assert re.search(
+        r"collector0 started \(pid \d+, 1 torch threads, \d+\.\d\d s after its fork\)", collector_log
+    )
     # FASTSAC_PROFILE_BOOT: the trainer's own start, from its command to its workers' release, and each
     # worker's.
     profiles = {p.name for p in RunLayout(run_dir).logs.glob("*.boot.prof")}

@@ -333,6 +333,44 @@ def test_a_training_run_starts_its_fork_server_before_anything_imports_torch() -
     assert result.stdout.splitlines()[-2:] == ["torch first: False", "torch first: False"], result.stdout
 
 
+_PRELOADED_PROBE = """
+import sys
+import multiprocessing as mp
+
+def report(queue):
+    queue.put("fastsac_trainer.tasks._factory" in sys.modules and "mujoco" in sys.modules)
+
+if __name__ == "__main__":
+    from fastsac_trainer.training import end_start, start_workers_first
+    server = start_workers_first()
+    try:
+        context = mp.get_context("forkserver")
+        queue = context.SimpleQueue()
+        worker = context.Process(target=report, args=(queue,))
+        worker.start()
+        print("preloaded:", queue.get())
+        worker.join(60)
+    finally:
+        end_start(server)
+"""
+
+
+@pytest.mark.parametrize(("gl", "preloaded"), [(None, True), ("glfw", True), ("egl", False)])
+def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
+    tmp_path: Path, gl: str | None, preloaded: bool
+) -> None:
+    """The fork server imports the tasks (MuJoCo, gymnasium) for every worker, unless MUJOCO_GL loads GL."""
+    script = tmp_path / "probe.py"
+    script.write_text(_PRELOADED_PROBE)
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env if gl is None else dict(env, MUJOCO_GL=gl),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == f"preloaded: {preloaded}", result.stdout
+
+
 def test_the_read_only_runs_root_of_the_table_refuses_a_folder(world: Path) -> None:
     """Nothing can be created in the table's read-only runs_root (else that row would prove nothing)."""
     with pytest.raises(OSError):

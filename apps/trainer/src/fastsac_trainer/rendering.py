@@ -12,15 +12,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from fastsac_trainer.config.exceptions import TrainerAppError
 
-__all__ = ["BACKENDS", "RenderingError", "select_gl"]
+__all__ = ["BACKENDS", "RenderingError", "gl_loaded_at_import", "select_gl"]
 
 BACKENDS = ("egl", "osmesa")
 """Offscreen backends tried, in order."""
 _PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
 _PROBE_TIMEOUT_S = 60
+
+
+def gl_loaded_at_import(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``import mujoco`` under ``environ`` loads an OpenGL library (EGL, OSMesa, GLX).
+
+    ``MUJOCO_GL`` unset (MuJoCo's GLFW default: GLFW's bindings, no OpenGL until a window is made) or
+    disabled loads none: such a process may import MuJoCo and fork (the workers' fork server:
+    ``fastsac_trainer.training.start_workers_first``).
+    """
+    return environ.get("MUJOCO_GL", "").strip().lower() in ("egl", "osmesa", "glx")
 
 
 class RenderingError(TrainerAppError):

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import psutil  # type: ignore[import-untyped]
 import torch
 
 from fastsac_async.control import Control
@@ -292,7 +293,12 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, STACK_DUMP_SIGNAL})
     os.environ.update(worker_environment(threads))
     torch.set_num_threads(max(1, threads))
-    _log.info("%s started (pid %d, %d torch threads)", name, os.getpid(), torch.get_num_threads())
+    # Since its fork: what came before this line (its arguments unpickled, and what that imports).
+    forked = time.time() - psutil.Process().create_time()
+    _log.info(
+        "%s started (pid %d, %d torch threads, %.2f s after its fork)",
+        name, os.getpid(), torch.get_num_threads(), forked,
+    )  # fmt: skip
     try:
         yield
     except BaseException as exc:

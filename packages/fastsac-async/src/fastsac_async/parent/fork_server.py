@@ -31,10 +31,16 @@ one inherits from the server instead, so:
   is unpickled, before the others import their modules), so a variable the
   parent sets between two runs (``MUJOCO_GL`` for clips, a compile cache folder) reaches the next
   run's workers, as it did when they were spawned. What the server itself imported read its
-  variables at the server's start (torch's OpenMP and BLAS libraries: the first point); MuJoCo's GL
-  back-end, CUDA's visible devices and inductor's cache folder are loaded or initialised in the
-  worker, after its environment is in place. Dynamo's and inductor's configuration modules (preloaded
-  with ``torch._dynamo``) read their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*``
+  variables at the server's start (torch's OpenMP and BLAS libraries: the first point); CUDA's visible
+  devices and inductor's cache folder are initialised in the worker, after its environment is in
+  place, and so is a MuJoCo renderer made through gymnasium (it reads ``MUJOCO_GL`` when it is made,
+  and imports that back-end then). A caller that preloads MuJoCo (:func:`prestart_workers`' ``preload``)
+  fixes ``mujoco.GLContext`` at the server's start, as ``import mujoco`` reads ``MUJOCO_GL``; its
+  unset default imports GLFW's bindings and no OpenGL, so a worker's later EGL or OSMesa renderer
+  still loads its own, while ``MUJOCO_GL=egl`` would load EGL in the server before it forks: the
+  trainer preloads its tasks only when no OpenGL library comes with them
+  (``fastsac_trainer.rendering.gl_loaded_at_import``). Dynamo's and inductor's configuration modules
+  (preloaded with ``torch._dynamo``) read their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*``
   variables at the server's start too: one of those set in the parent after the server started (while
   it prepares a run, or between two runs of one process) does not reach the workers (the compile
   cache folder does: inductor reads it at each access, and ``FASTSAC_COMPILE_CACHE=off`` is applied
@@ -186,10 +192,15 @@ class PrestartedWorkers:
             _log.warning("could not stop the workers' fork server (pid %d)", pid, exc_info=True)
 
 
-def prestart_workers() -> PrestartedWorkers:
+def prestart_workers(preload: Sequence[str] = ()) -> PrestartedWorkers:
     """Start the workers' fork server now, so that its imports overlap the caller's own set-up of a run.
 
     The first run's workers then fork from a server that is ready, or nearly (Note [fork server]).
     The caller hands the result over to the run it starts, or cancels it. Imports no torch.
+
+    Args:
+        preload: Modules the server imports too, after :data:`PRELOAD` and the workers' own: what
+            unpickling the caller's run imports in every worker (its env factory's module), which
+            each worker would otherwise import after its fork, all at once.
     """
-    return PrestartedWorkers(start_fork_server(WORKER_MODULES))
+    return PrestartedWorkers(start_fork_server((*WORKER_MODULES, *preload)))
