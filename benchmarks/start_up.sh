@@ -48,3 +48,7 @@ grep -h -e "compile warmer" -e "compiled update ready" -e "first update chunk" "
   2>/dev/null | cut -c1-220 || true
 grep -h " boot: " "$logs/learner0.log" "$logs/collector0.log" 2>/dev/null | sed 's/^.*boot: //' || true
 grep -h " boot: released" "$logs"/*.log 2>/dev/null | sed 's/^.* INFO //; s/ fastsac_async.worker_process:.*(/ (/' || true
+# Where the start before the workers' own went: the first forks (the first one waits for the fork
+# server's imports) and each worker's time from its fork to its first line.
+grep -h "spawned " "$logs/trainer.log" 2>/dev/null | sed 's/^.*spawned /spawned /' | head -n 3 || true
+grep -h " started (pid" "$logs"/*.log 2>/dev/null | sed 's/^.* INFO [^ ]* [^ ]* //' | sort -t, -k3 | tail -n 3 || true

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fastsac_async import PROFILE_BOOT_ENV
+from fastsac_async import PROFILE_BOOT_ENV, process_start_time
 from fastsac_trainer.boot_clock import BootClock
 
 
@@ -27,12 +27,10 @@ def test_by_default_the_seconds_count_from_this_process_start_or_the_next_launch
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Without a launch time a clock counts from the process's creation; after next_launch(), from then."""
-    import psutil  # type: ignore[import-untyped]
-
     from fastsac_trainer import boot_clock
 
     monkeypatch.setattr(boot_clock, "_launched", None)
-    assert BootClock().launched == psutil.Process().create_time()
+    assert BootClock().launched == pytest.approx(process_start_time(), abs=0.02)
     before = time.time()
     boot_clock.next_launch()  # a seed list's second run
     assert before <= BootClock().launched <= time.time()

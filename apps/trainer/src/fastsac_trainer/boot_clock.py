@@ -33,9 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]
-
-from fastsac_async import profile_boot  # imports no torch
+from fastsac_async import process_start_time, profile_boot  # imports no torch
 
 __all__ = ["BootClock", "launch_time", "next_launch", "profile_launch", "stop_profile"]
 
@@ -87,7 +85,7 @@ def next_launch() -> None:
 
 def launch_time() -> float:
     """Unix time of the current run's launch: this process's start, or the latest :func:`next_launch`."""
-    return psutil.Process().create_time() if _launched is None else _launched
+    return process_start_time() if _launched is None else _launched
 
 
 class BootClock:

@@ -66,7 +66,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import psutil  # type: ignore[import-untyped]
 import torch
 
 from fastsac_async.control import Control
@@ -75,6 +74,7 @@ from fastsac_async.run_layout import RunLayout
 from fastsac_async.worker_start import (
     STACK_DUMP_SIGNAL,
     STOP_SIGNALS,
+    process_start_time,
     profile_boot,
     worker_environment,
 )
@@ -294,7 +294,7 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
     os.environ.update(worker_environment(threads))
     torch.set_num_threads(max(1, threads))
     # Since its fork: what came before this line (its arguments unpickled, and what that imports).
-    forked = time.time() - psutil.Process().create_time()
+    forked = time.time() - process_start_time()
     _log.info(
         "%s started (pid %d, %d torch threads, %.2f s after its fork)",
         name, os.getpid(), torch.get_num_threads(), forked,

@@ -10,12 +10,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 __all__ = [
     "PROFILE_BOOT_ENV",
     "STACK_DUMP_SIGNAL",
     "STOP_SIGNALS",
+    "process_start_time",
     "profile_boot",
     "stop_signals_blocked",
     "worker_environment",
@@ -38,6 +41,26 @@ reads them."""
 def profile_boot(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``FASTSAC_PROFILE_BOOT`` asks for boot profiles."""
     return environ.get(PROFILE_BOOT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def process_start_time(pid: int | None = None) -> float:
+    """Unix time at which process ``pid`` (None: this one) started, to the kernel's clock tick (10 ms).
+
+    The process's age is read against the same clock as its start (``/proc/uptime`` and the start
+    tick in ``/proc/<pid>/stat``, both since boot), and taken from now. ``psutil``'s ``create_time``
+    adds that tick to ``/proc/stat``'s boot time, which the kernel gives in whole seconds: up to a
+    second early, the same for every process of a boot. Without ``/proc``: ``psutil``'s.
+    """
+    try:
+        stat = Path(f"/proc/{'self' if pid is None else pid}/stat").read_text()
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        import psutil  # type: ignore[import-untyped]
+
+        created: float = psutil.Process(pid).create_time()
+        return created
 
 
 def worker_environment(threads: int) -> dict[str, str]:
