@@ -23,7 +23,6 @@ from shm_transport import list_segments
 
 _SHM = Path("/dev/shm")
 _log = logging.getLogger("fault_end")
-_STARTED = re.compile(r"started \(pid (\d+)")
 
 
 def _state(pid: int) -> str | None:
@@ -54,10 +53,13 @@ class RunEnd:
 
     @staticmethod
     def worker_pids(run_dir: Path) -> dict[str, int]:
-        """The pid of each worker of the run in ``run_dir`` (the last ``started (pid N`` of its log)."""
+        """The pid of each worker of the run in ``run_dir`` (the last ``<worker> started (pid N`` of its log).
+
+        Anchored on the worker's name: a learner's log also holds its compile warmer's ``started (pid``.
+        """
         pids: dict[str, int] = {}
         for log in sorted(RunLayout(run_dir).logs.glob("*.log")):
-            found = _STARTED.findall(log.read_text(errors="replace"))
+            found = re.findall(rf"{re.escape(log.stem)} started \(pid (\d+)", log.read_text(errors="replace"))
             if found:
                 pids[log.stem] = int(found[-1])
         return pids

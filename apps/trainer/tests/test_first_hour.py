@@ -336,30 +336,43 @@ def test_a_training_run_starts_its_fork_server_before_anything_imports_torch() -
 _PRELOADED_PROBE = """
 import sys
 import multiprocessing as mp
+from pathlib import Path
+
+GL = ("libEGL", "libGL.", "libGLX", "libOpenGL", "OSMesa", "libX11")
 
 def report(queue):
-    queue.put("fastsac_trainer.tasks._factory" in sys.modules and "mujoco" in sys.modules)
+    maps = Path("/proc/self/maps").read_text()
+    queue.put((
+        "fastsac_trainer.tasks._factory" in sys.modules and "mujoco" in sys.modules,
+        [lib for lib in GL if lib in maps] + [m for m in sys.modules if m.startswith("OpenGL")][:1],
+    ))
 
 if __name__ == "__main__":
     from fastsac_trainer.training import end_start, start_workers_first
     server = start_workers_first()
+    worker = None
     try:
         context = mp.get_context("forkserver")
-        queue = context.SimpleQueue()
+        queue = context.Queue()
         worker = context.Process(target=report, args=(queue,))
         worker.start()
-        print("preloaded:", queue.get())
+        preloaded, gl = queue.get(timeout=60)
         worker.join(60)
+        print("exit code:", worker.exitcode)
+        print("GL loaded:", gl)
+        print("preloaded:", preloaded)
     finally:
+        if worker is not None and worker.is_alive():
+            worker.kill()
         end_start(server)
 """
 
 
-@pytest.mark.parametrize(("gl", "preloaded"), [(None, True), ("glfw", True), ("egl", False)])
+@pytest.mark.parametrize(("gl", "preloaded"), [(None, True), ("egl", False)])
 def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
     tmp_path: Path, gl: str | None, preloaded: bool
 ) -> None:
-    """The fork server imports the tasks (MuJoCo, gymnasium) for every worker, unless MUJOCO_GL loads GL."""
+    """The fork server imports the tasks (MuJoCo, gymnasium) and no OpenGL, unless MUJOCO_GL loads GL."""
     script = tmp_path / "probe.py"
     script.write_text(_PRELOADED_PROBE)
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
@@ -368,7 +381,19 @@ def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == f"preloaded: {preloaded}", result.stdout
+    lines = result.stdout.splitlines()[-3:]
+    assert lines == ["exit code: 0", "GL loaded: []", f"preloaded: {preloaded}"], result.stdout
+
+
+def test_the_fork_server_imports_mujoco_only_under_a_mujoco_gl_that_loads_no_opengl() -> None:
+    """Unset, GLFW or disabled: MuJoCo may be imported before forking; EGL, OSMesa or a typo: not."""
+    from fastsac_trainer.rendering import mujoco_import_is_fork_safe
+
+    for value in ("", " GLFW ", "disable", "off", "0"):
+        assert mujoco_import_is_fork_safe({"MUJOCO_GL": value}), value
+    assert mujoco_import_is_fork_safe({})
+    for value in ("egl", "osmesa", "EGL", "glfx", "wgl"):
+        assert not mujoco_import_is_fork_safe({"MUJOCO_GL": value}), value
 
 
 def test_the_read_only_runs_root_of_the_table_refuses_a_folder(world: Path) -> None:

@@ -293,3 +293,28 @@ def test_sync_training_records_clips_of_the_same_cadence(backend: str, tmp_path:
     stdout = _train([*CLIP_RUN, "algo.trainer.asynchronous=false"], tmp_path)
     assert f"clips of evaluations: every 2, rendered with MUJOCO_GL={backend}" in stdout
     assert _check_clips(tmp_path / "runs" / "clips", stdout) == [40, 120]
+
+
+_RENDERER_AFTER_IMPORT = """
+import os
+import mujoco  # under MUJOCO_GL unset: GLFW's context, as a fork server or a parent imports it
+os.environ.update(MUJOCO_GL={backend!r}, PYOPENGL_PLATFORM={backend!r})  # chosen later (select_gl)
+from fastsac_trainer.rendering import match_mujoco_gl
+match_mujoco_gl()
+model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><geom size='1'/></worldbody></mujoco>")
+renderer = mujoco.Renderer(model, 16, 16)
+renderer.update_scene(mujoco.MjData(model))
+print(mujoco.GLContext.__module__, renderer.render().shape)
+renderer.close()
+"""
+
+
+def test_mujocos_own_renderer_follows_a_backend_chosen_after_mujoco_was_imported(backend: str) -> None:
+    """mujoco.Renderer renders offscreen with the backend chosen after the import (no display needed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    done = subprocess.run(
+        [sys.executable, "-c", _RENDERER_AFTER_IMPORT.format(backend=backend)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"mujoco.{backend}", "(16,", "16,", "3)"], done.stdout

@@ -135,13 +135,13 @@ def start_workers_first() -> PrestartedWorkers:
     """
     from fastsac_async import prestart_workers  # imports no torch
     from fastsac_trainer.boot_clock import profile_launch
-    from fastsac_trainer.rendering import gl_loaded_at_import
+    from fastsac_trainer.rendering import mujoco_import_is_fork_safe
 
     profile_launch()  # FASTSAC_PROFILE_BOOT: the start-up under cProfile from here (the clock writes it)
     # Every worker unpickles its run's env factory, and so imports the tasks (MuJoCo, gymnasium): once,
     # in the server, instead of in each worker after its fork; unless MuJoCo's import would load an
     # OpenGL library there (MUJOCO_GL=egl, say), which no process should hold before it forks.
-    tasks = () if gl_loaded_at_import() else ("fastsac_trainer.tasks._factory",)
+    tasks = ("fastsac_trainer.tasks._factory",) if mujoco_import_is_fork_safe() else ()
     return prestart_workers(preload=tasks)
 
 

@@ -214,6 +214,7 @@ def _render_env(factory: object, width: int, height: int) -> Any:
     import gymnasium as gym
 
     from fastsac_trainer.config.exceptions import TrainerAppError
+    from fastsac_trainer.rendering import match_mujoco_gl
     from fastsac_trainer.tasks import MujocoEnvFactory, import_env_module
     from fastsac_trainer.tasks._quiet import quiet_mujoco_compiler
 
@@ -223,6 +224,7 @@ def _render_env(factory: object, width: int, height: int) -> Any:
             "gymnasium id; record videos of gymnasium tasks (task.env_id), or render your env yourself"
         )
     import_env_module(factory.env_import)
+    match_mujoco_gl()  # an env of the user's may render through mujoco.Renderer
     camera: dict[str, Any] = {} if factory.video_camera is None else {"camera_name": factory.video_camera}
     common = {
         "render_mode": "rgb_array",

@@ -294,7 +294,7 @@ def worker_process(*, name: str, run_dir: Path, parent_pid: int, threads: int) -
     os.environ.update(worker_environment(threads))
     torch.set_num_threads(max(1, threads))
     # Since its fork: what came before this line (its arguments unpickled, and what that imports).
-    forked = time.time() - process_start_time()
+    forked = max(0.0, time.time() - process_start_time())  # 10 ms ticks: never below 0
     _log.info(
         "%s started (pid %d, %d torch threads, %.2f s after its fork)",
         name, os.getpid(), torch.get_num_threads(), forked,

@@ -36,10 +36,12 @@ one inherits from the server instead, so:
   place, and so is a MuJoCo renderer made through gymnasium (it reads ``MUJOCO_GL`` when it is made,
   and imports that back-end then). A caller that preloads MuJoCo (:func:`prestart_workers`' ``preload``)
   fixes ``mujoco.GLContext`` at the server's start, as ``import mujoco`` reads ``MUJOCO_GL``; its
-  unset default imports GLFW's bindings and no OpenGL, so a worker's later EGL or OSMesa renderer
-  still loads its own, while ``MUJOCO_GL=egl`` would load EGL in the server before it forks: the
-  trainer preloads its tasks only when no OpenGL library comes with them
-  (``fastsac_trainer.rendering.gl_loaded_at_import``). Dynamo's and inductor's configuration modules
+  unset default imports GLFW's bindings (and runs pyGLFW's short version probe, a child process) and
+  no OpenGL, so a worker's later renderer made through gymnasium still loads its own back-end, while
+  ``MUJOCO_GL=egl`` would load EGL in the server before it forks: the trainer preloads its tasks only
+  when no OpenGL library comes with them (``fastsac_trainer.rendering.mujoco_import_is_fork_safe``),
+  and catches ``mujoco.GLContext`` up with a later choice before it makes an env that renders
+  (``fastsac_trainer.rendering.match_mujoco_gl``). Dynamo's and inductor's configuration modules
   (preloaded with ``torch._dynamo``) read their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*``
   variables at the server's start too: one of those set in the parent after the server started (while
   it prepares a run, or between two runs of one process) does not reach the workers (the compile

@@ -101,8 +101,8 @@ class ParentEnvironment:
     """The parent's environment, applied in the worker the moment it is unpickled.
 
     It is the first argument of :func:`run_in_environment`, so it takes effect before the rest of the
-    worker's arguments are unpickled: unpickling those imports their modules (an env factory's module
-    imports MuJoCo, which reads ``MUJOCO_GL`` when it loads).
+    worker's arguments are unpickled: unpickling those imports their modules, unless the fork server
+    imported them already (Note [fork server]).
 
     Args:
         environ: The variables, as ``os.environ`` holds them in the parent.
