@@ -191,23 +191,37 @@ class _Ant(NativeStep):
 
 
 class _Planar(NativeStep):
-    """HalfCheetah, Hopper and Walker2d: a body moving along x, observed by qpos (less x) and qvel."""
+    """A body moving along x, observed by qpos (less x) and qvel: HalfCheetah's step, which ends none."""
 
     clip_velocity: float | None = None
+    """The observed velocities' bound (Hopper's and Walker2d's 10); None: unclipped."""
 
     def __init__(self, envs: Sequence[Any]) -> None:
         super().__init__(envs, after=("qpos", "qvel"), before=("qpos",))
 
     def observe(self, obs: F32) -> F64:
         """Write the observations; returns the x velocity."""
-        env, a = self.env, self.after
-        velocity = a["qvel"] if self.clip_velocity is None else np.clip(a["qvel"], -10, 10)
+        env, a, bound = self.env, self.after, self.clip_velocity
+        velocity = a["qvel"] if bound is None else np.clip(a["qvel"], -bound, bound)
         positions = _positions(a["qpos"], env._exclude_current_positions_from_observation, 1)
         obs[:] = np.concatenate((positions, velocity), axis=1)
         x_velocity: F64 = (a["qpos"][:, 0] - self.before["qpos"][:, 0]) / env.dt
         return x_velocity
 
-    def healthy(self) -> B:  # Walker2d's rule; Hopper adds its state's, HalfCheetah judges none
+    def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
+        self.physics(actions)
+        env = self.env
+        x_velocity = self.observe(obs)
+        rewards[:] = env._forward_reward_weight * x_velocity - _ctrl_cost(env._ctrl_cost_weight, actions)
+        terminated[:] = False
+
+
+class _Walker2d(_Planar):
+    """A planar body that falls: a healthy reward, and an end when it is no longer healthy."""
+
+    clip_velocity = 10.0
+
+    def healthy(self) -> B:
         env, qpos = self.env, self.after["qpos"]
         (min_z, max_z), (min_angle, max_angle) = env._healthy_z_range, env._healthy_angle_range
         z, angle = qpos[:, 1], qpos[:, 2]
@@ -224,25 +238,8 @@ class _Planar(NativeStep):
         terminated[:] = ~healthy & bool(env._terminate_when_unhealthy)
 
 
-class _HalfCheetah(_Planar):
-    def __call__(self, actions: F32, obs: F32, rewards: F32, terminated: B) -> None:
-        self.physics(actions)
-        env = self.env
-        x_velocity = self.observe(obs)
-        rewards[:] = env._forward_reward_weight * x_velocity - _ctrl_cost(env._ctrl_cost_weight, actions)
-        terminated[:] = False
-
-    healthy = NativeStep.healthy  # judges none
-
-
-class _Walker2d(_Planar):
-    clip_velocity = 10.0
-
-
-class _Hopper(_Planar):
-    clip_velocity = 10.0
-
-    def healthy(self) -> B:
+class _Hopper(_Walker2d):
+    def healthy(self) -> B:  # Walker2d's rule, and every part of its state within a range
         min_state, max_state = self.env._healthy_state_range
         state = np.concatenate((self.after["qpos"], self.after["qvel"]), axis=1)[:, 2:]
         within: B = np.all((min_state < state) & (state < max_state), axis=1)
@@ -252,7 +249,7 @@ class _Hopper(_Planar):
 _NATIVE: dict[type, Callable[[Sequence[Any]], NativeStep]] = {
     HumanoidEnv: _Humanoid,
     AntEnv: _Ant,
-    HalfCheetahEnv: _HalfCheetah,
+    HalfCheetahEnv: _Planar,
     HopperEnv: _Hopper,
     Walker2dEnv: _Walker2d,
 }
