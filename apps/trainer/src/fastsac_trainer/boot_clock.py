@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from fastsac_async import process_start_time, profile_boot  # imports no torch
+from fastsac_async import process_start_time, profile_boot, write_profile  # imports no torch
 
 __all__ = ["BootClock", "launch_time", "next_launch", "profile_launch", "stop_profile"]
 
@@ -146,13 +146,5 @@ class BootClock:
         profile, _profile = _profile, None
         path = self._profile[0] if self._profile is not None else None
         self._profile = None
-        if profile is None or path is None:
-            return
-        profile.disable()
-        try:  # a diagnostic: failing to write it must not fail the run
-            path.parent.mkdir(parents=True, exist_ok=True)
-            profile.dump_stats(path)
-        except OSError as exc:
-            _log.warning("start-up profile not written to %s: %s", path, exc)
-            return
-        _log.info("start-up profile: %s%s (read it with python -m pstats)", path, note)
+        if profile is not None and path is not None:
+            write_profile(profile, path, "start-up profile", _log, note)

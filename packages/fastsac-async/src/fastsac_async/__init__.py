@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from fastsac_async.stats import CollectorSnapshot, CollectorSummary, LearnerSnapshot
     from fastsac_async.transport import transition_ring_bytes
     from fastsac_async.worker_process import evaluator_name
-    from fastsac_async.worker_start import PROFILE_BOOT_ENV, process_start_time, profile_boot
+    from fastsac_async.worker_start import PROFILE_BOOT_ENV, process_start_time, profile_boot, write_profile
 
 __all__ = [  # noqa: RUF022 - grouped by role
     # Running the engine: the options, the run, the engine's record of both, and how it ended
@@ -76,6 +76,7 @@ __all__ = [  # noqa: RUF022 - grouped by role
     "PROFILE_BOOT_ENV",
     "profile_boot",
     "process_start_time",
+    "write_profile",
     # Evaluation: by the engine's evaluator worker, or inline in a synchronous trainer
     "EvalSettings",
     "ClipRecorder",
@@ -109,7 +110,7 @@ _HOMES = {  # the module that defines each exported name
     "fastsac_async.stats": ("CollectorSnapshot", "CollectorSummary", "LearnerSnapshot"),
     "fastsac_async.transport": ("transition_ring_bytes",),
     "fastsac_async.worker_process": ("evaluator_name",),
-    "fastsac_async.worker_start": ("PROFILE_BOOT_ENV", "process_start_time", "profile_boot"),
+    "fastsac_async.worker_start": ("PROFILE_BOOT_ENV", "process_start_time", "profile_boot", "write_profile"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

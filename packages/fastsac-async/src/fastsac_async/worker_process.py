@@ -77,6 +77,7 @@ from fastsac_async.worker_start import (
     process_start_time,
     profile_boot,
     worker_environment,
+    write_profile,
 )
 from fastsac_core import EnvCallError
 from numa_bind import bind_current_process
@@ -153,15 +154,8 @@ class BootTimeline:
 
     def _write_profile(self, note: str) -> None:
         profile, self._profile = self._profile, None
-        if profile is None or self._profile_to is None:
-            return
-        profile.disable()
-        try:  # a diagnostic: failing to write it must not fail the worker
-            profile.dump_stats(self._profile_to)
-        except OSError as exc:
-            _log.warning("%s boot profile not written to %s: %s", self._name, self._profile_to, exc)
-            return
-        _log.info("%s boot profile: %s%s (read it with python -m pstats)", self._name, self._profile_to, note)
+        if profile is not None and self._profile_to is not None:
+            write_profile(profile, self._profile_to, f"{self._name} boot profile", _log, note)
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -8,6 +8,8 @@ imports torch.
 from __future__ import annotations
 
 import contextlib
+import cProfile
+import logging
 import os
 import signal
 import time
@@ -22,6 +24,7 @@ __all__ = [
     "profile_boot",
     "stop_signals_blocked",
     "worker_environment",
+    "write_profile",
 ]
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
@@ -41,6 +44,24 @@ reads them."""
 def profile_boot(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``FASTSAC_PROFILE_BOOT`` asks for boot profiles."""
     return environ.get(PROFILE_BOOT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def write_profile(
+    profile: cProfile.Profile, path: Path, what: str, log: logging.Logger, note: str = ""
+) -> None:
+    """Stop ``profile`` and write it to ``path``; one line of ``log`` says where, or why it could not.
+
+    A diagnostic: failing to write it never fails its process. ``what`` names it in the line
+    (``collector0 boot profile``), ``note`` follows the path (`` (incomplete: ...)``).
+    """
+    profile.disable()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(path)
+    except OSError as exc:
+        log.warning("%s not written to %s: %s", what, path, exc)
+        return
+    log.info("%s: %s%s (read it with python -m pstats)", what, path, note)
 
 
 def process_start_time(pid: int | None = None) -> float:
