@@ -53,7 +53,7 @@ def test_a_cuda_ipc_run_removes_the_event_files_its_workers_made(tmp_path: Path)
                 proc.wait(30)
     output = out_path.read_text()
     assert proc.returncode == 0 and "Traceback" not in output, output
-    workers = {int(pid) for pid in re.findall(r"spawned \w+ \(pid (\d+)\)", output)}
+    workers = {int(pid) for pid in re.findall(r"spawned \w+ \(pid (\d+)[;)]", output)}
     ours = {name for name, pid in seen.items() if pid in workers}
     assert ours, f"the run's workers exported CUDA events (else this checks nothing): seen {sorted(seen)}"
     left = {
