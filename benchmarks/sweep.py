@@ -6,18 +6,19 @@ r"""Several trainer configurations side by side on one host, the same wall-clock
 Every (configuration, seed) pair is one trainer run. ``--parallel K`` runs K at once, each pinned to its
 own 1/K of this process's CPUs (the trainer sizes its collectors to the CPUs it is allowed), all on the
 same GPUs; a slot that frees takes the next run. Each run trains for ``--time-limit`` seconds, then its
-final checkpoint is evaluated deterministically on the same CPUs (``trainer eval``, ``--episodes``), as a
-user measures it. The table gives, per run: the eval return (mean, std, min over the episodes), the mean
-episode length, the best and the last in-run eval (``eval/return``: a final checkpoint far below its
-run's last eval fell in the last seconds), env steps, the replay reuse (``async/reuse``: gradient
-samples per collected transition), the seconds from launch to the first update, to the compiled switch
-(``perf/compiled``; the first update itself when the learner compiles first) and to the exit, the run's
-pace (medians after the first third of the ticks: env steps/s, updates/s, the learner's idle share and
-a collector's env step in ms, to tell who waits for whom), and with
-``--reach R`` / ``--reach-eval R`` to the first training return / in-run eval of at least R; then one
-row per configuration: the mean over seeds and the lowest seed. ``--json PATH`` keeps the rows, and beside it
-each run's scalar series (``PATH-stem.RUN.curves.json``: seconds from launch, step, value) and its
-logs folder (``PATH-stem.RUN.logs/``: the boot marks of every worker).
+final checkpoint is evaluated deterministically on the same CPUs (``trainer eval``, ``--episodes``), as
+a user measures it. The table gives, per run: the eval return (mean, std, min over the episodes), the
+mean episode length, the best and the last in-run eval (``eval/return``: a final checkpoint far below
+its run's last eval fell in the last seconds), the last training return and ``train/qf_max`` (at the
+critics' support top, v_max, the targets are clipped: Note [support watch]), env steps, the replay reuse
+(``async/reuse``: gradient samples per collected transition), the seconds from launch to the first
+update, to the compiled switch (``perf/compiled``; the first update itself when the learner compiles
+first) and to the exit, the run's pace (medians after the first third of the ticks: env steps/s,
+updates/s, the learner's idle share and a collector's env step in ms, to tell who waits for whom), and
+with ``--reach R`` / ``--reach-eval R`` to the first training return / in-run eval of at least R; then
+one row per configuration: the mean over seeds and the lowest seed. ``--json PATH`` keeps the rows, and
+beside it each run's scalar series (``PATH-stem.RUN.curves.json``: seconds from launch, step, value) and
+its logs folder (``PATH-stem.RUN.logs/``: the boot marks of every worker).
 
 Configurations are ``NAME=OVERRIDES`` (hydra overrides separated by spaces; ``NAME=`` alone is the
 task's defaults). ``--common`` adds overrides to every run (``task=gym task.env_id=Hopper-v5``).
@@ -124,6 +125,7 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
     updating = [wall for wall, _, v in scalars.get("perf/updates_per_s", []) if v > 0]
     switched = [wall for wall, _, v in scalars.get("perf/compiled", []) if v > 0]
     evals = [v for _, _, v in scalars.get("eval/return", [])]
+    qf_max = scalars.get("train/qf_max", [])
     row.update(
         {
             "eval": figures.get("mean", float("nan")),
@@ -133,6 +135,8 @@ def run_job(job: Job, args: argparse.Namespace, cpus: list[int]) -> Row:
             "best eval": max(evals) if evals else float("nan"),
             "last eval": evals[-1] if evals else float("nan"),
             "train ret": returns[-1][2] if returns else float("nan"),
+            # At the support's top (v_max, or normalized_v_max) the critics are clipped: Note [support watch].
+            "qf_max": qf_max[-1][2] if qf_max else float("nan"),
             "env steps": returns[-1][1] if returns else 0,
             "reuse": reuse[-1][2] if reuse else float("nan"),
             "1st update s": updating[0] - launched.start_epoch if updating else float("nan"),

@@ -334,6 +334,7 @@ def _run_logged(
     from fastsac_trainer.loggers import open_loggers
     from fastsac_trainer.run_dir import latest_checkpoint, remove_untrained_run
     from fastsac_trainer.seeds import seed_group
+    from fastsac_trainer.support_watch import SupportWatch
 
     handler = ConsoleLogHandler(console)
     root = logging.getLogger()
@@ -359,6 +360,9 @@ def _run_logged(
         raise_on_abort=not plan.asynchronous,
         hold=replay_write_hold,  # this process's writes (sync); the async engine waits for its learners'
     )
+    reporters = [console, logged, loggers, SupportWatch(plan.agent)]  # Note [support watch]
+    if outcome is not None:
+        reporters.append(outcome)
     result: object = None
     aborted = False  # the trainer did not return: stopped at once (a trainer that returned is done)
     lost: HostLostError | None = None
@@ -367,7 +371,7 @@ def _run_logged(
             root.addHandler(handler)
             result = trainer_fn(
                 plan,
-                FanOut([console, logged, loggers, *([outcome] if outcome is not None else [])]),
+                FanOut(reporters),
                 should_stop=stop,
                 boot_view=_BootLogged(console, logged),
                 should_abort=lambda: stop.aborted,
