@@ -310,7 +310,7 @@ import sys
 import fastsac_async.parent.fork_server as fork_server
 class Started(Exception):
     pass
-def probe(preload=()):
+def probe(preload=(), **options):
     raise Started("torch" in sys.modules)
 fork_server.start_fork_server = probe
 if __name__ == "__main__":
@@ -345,6 +345,7 @@ def report(queue):
     queue.put((
         "fastsac_trainer.tasks._factory" in sys.modules and "mujoco" in sys.modules,
         [lib for lib in GL if lib in maps] + [m for m in sys.modules if m.startswith("OpenGL")][:1],
+        "torch" in sys.modules and "torch._dynamo" not in sys.modules,
     ))
 
 if __name__ == "__main__":
@@ -356,10 +357,11 @@ if __name__ == "__main__":
         queue = context.Queue()
         worker = context.Process(target=report, args=(queue,))
         worker.start()
-        preloaded, gl = queue.get(timeout=60)
+        preloaded, gl, lean = queue.get(timeout=60)
         worker.join(60)
         print("exit code:", worker.exitcode)
         print("GL loaded:", gl)
+        print("torch without dynamo:", lean)
         print("preloaded:", preloaded)
     finally:
         if worker is not None and worker.is_alive():
@@ -372,7 +374,7 @@ if __name__ == "__main__":
 def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
     tmp_path: Path, gl: str | None, preloaded: bool
 ) -> None:
-    """The fork server imports the tasks (MuJoCo, gymnasium) and no OpenGL, unless MUJOCO_GL loads GL."""
+    """The trainer's fork server imports torch and the tasks, no OpenGL unless MUJOCO_GL asks, no dynamo."""
     script = tmp_path / "probe.py"
     script.write_text(_PRELOADED_PROBE)
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
@@ -381,8 +383,9 @@ def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()[-3:]
-    assert lines == ["exit code: 0", "GL loaded: []", f"preloaded: {preloaded}"], result.stdout
+    lines = result.stdout.splitlines()[-4:]
+    expected = ["exit code: 0", "GL loaded: []", "torch without dynamo: True", f"preloaded: {preloaded}"]
+    assert lines == expected, result.stdout
 
 
 def test_the_fork_server_imports_mujoco_only_under_a_mujoco_gl_that_loads_no_opengl() -> None:

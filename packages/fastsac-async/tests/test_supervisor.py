@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fastsac_async.parent.fork_server import stop_fork_server
 from fastsac_async.parent.janitor import pid_alive
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.run_layout import RunLayout
@@ -22,6 +23,19 @@ from fastsac_async.testing import (
 )
 from fastsac_async.worker_process import RecordedException, record_failure, recorded_exception
 from fastsac_core import EnvCall, EnvCallError
+
+
+@pytest.fixture
+def own_fork_server() -> None:
+    """No fork server of this process runs (a test's own supervisor starts one as it would on its own).
+
+    The server is per process and the first start decides its imports: an earlier test's server may be
+    the trainer's, which leaves dynamo to the learner (LEARNER_PRELOAD). None of its workers is alive
+    between tests.
+    """
+    pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    if pid is not None:
+        stop_fork_server(pid)
 
 
 def _wait_exit(sup: Supervisor, timeout_s: float) -> list[str]:
@@ -203,7 +217,7 @@ def test_shutdown_skips_workers_that_were_never_spawned_and_hurry_ends_the_joins
 
 
 def test_workers_are_forked_from_a_server_that_already_loaded_torch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_fork_server: None
 ) -> None:
     """A worker is a fork of one preloaded server, with its own threads and the parent's environment now."""
     import json
@@ -232,7 +246,7 @@ def test_workers_are_forked_from_a_server_that_already_loaded_torch(
 
 @pytest.mark.gpu
 def test_a_worker_forked_from_the_preloaded_server_starts_without_cuda_and_then_uses_it(
-    tmp_path: Path,
+    tmp_path: Path, own_fork_server: None
 ) -> None:
     """On a GPU host the server's imports (torch, dynamo) leave CUDA alone, so a forked worker can use it."""
     import json

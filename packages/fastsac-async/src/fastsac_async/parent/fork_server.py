@@ -42,11 +42,12 @@ one inherits from the server instead, so:
   when no OpenGL library comes with them (``fastsac_trainer.rendering.mujoco_import_is_fork_safe``),
   and catches ``mujoco.GLContext`` up with a later choice before it makes an env that renders
   (``fastsac_trainer.rendering.match_mujoco_gl``). Dynamo's and inductor's configuration modules
-  (preloaded with ``torch._dynamo``) read their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*``
-  variables at the server's start too: one of those set in the parent after the server started (while
-  it prepares a run, or between two runs of one process) does not reach the workers (the compile
-  cache folder does: inductor reads it at each access, and ``FASTSAC_COMPILE_CACHE=off`` is applied
-  again in each worker by ``use_compile_cache``).
+  (preloaded with ``torch._dynamo``, :data:`LEARNER_PRELOAD`, by a server a supervisor starts) read
+  their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*`` variables at that server's start
+  too: one of those set in the parent after the server started (between two runs of one process) does
+  not reach the workers (the compile cache folder does: inductor reads it at each access, and
+  ``FASTSAC_COMPILE_CACHE=off`` is applied again in each worker by ``use_compile_cache``). The
+  trainer's server (:func:`prestart_workers`) does not preload dynamo: its learner reads them itself.
   Importing them touches no CUDA and starts no thread. (A main script that imports MuJoCo at its top is
   run again in each worker before the arguments are unpickled, as under spawn.)
 
@@ -55,8 +56,9 @@ each one's exit code as 255, since the status it would have read from the server
 with that code while the server is gone names the server
 (:func:`~fastsac_async.parent.supervisor.fork_server_death`).
 
-What the server imports is :data:`PRELOAD` and :data:`WORKER_MODULES` (``test_supervisor.py`` checks
-that these are the modules of the workers' entry points).
+What the server imports is :data:`PRELOAD`, :data:`WORKER_MODULES` (``test_supervisor.py`` checks
+that these are the modules of the workers' entry points) and, unless it serves one run,
+:data:`LEARNER_PRELOAD`.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ from typing import Any
 from fastsac_async.worker_start import stop_signals_blocked, worker_environment
 
 __all__ = [
+    "LEARNER_PRELOAD",
     "PRELOAD",
     "WORKER_MODULES",
     "PrestartedWorkers",
@@ -93,12 +96,18 @@ WORKER_MODULES = (
 """The modules of the workers' entry points (``run_learner``, ``run_collector``, ``run_evaluator``),
 which the fork server imports."""
 
-PRELOAD = ("numpy", "torch", "torch._dynamo", "fastsac_async.worker_process")
-"""What the fork server imports before it forks any worker (Note [fork server]), with the entry
-modules of the workers a :class:`~fastsac_async.parent.supervisor.Supervisor` is given.
-``torch._dynamo`` because a learner's first optimizer imports it (torch.optim's dynamo guard), most
-of a learner's boot on a small machine: the server pays it once per parent process
-(wiki/benchmarks.md, "Process start and the test suite")."""
+PRELOAD = ("numpy", "torch", "fastsac_async.worker_process")
+"""What every fork server imports before it forks any worker (Note [fork server]), with the entry
+modules of the workers a :class:`~fastsac_async.parent.supervisor.Supervisor` is given."""
+
+LEARNER_PRELOAD = ("torch._dynamo",)
+"""What a learner imports at its start and only a server that serves many runs preloads: a learner's
+first optimizer imports ``torch._dynamo`` (torch.optim's dynamo guard; about 1.2-1.4 s of CPU on the
+2-core machine). A server a :class:`~fastsac_async.parent.supervisor.Supervisor` starts (the engine's:
+a process that runs engine after engine, a test session) pays it once for all of them
+(wiki/benchmarks.md, "Process start and the test suite"). The server :func:`prestart_workers` starts
+for one run (the trainer's) leaves it to the learner, which imports it while its collectors start
+(they initialise CUDA meanwhile), so the first fork does not wait for it."""
 
 
 def fork_server() -> Any:
@@ -106,20 +115,22 @@ def fork_server() -> Any:
     return multiprocessing.forkserver._forkserver
 
 
-def start_fork_server(preload: Sequence[str] = ()) -> int | None:
+def start_fork_server(preload: Sequence[str] = (), *, learner_imports: bool = True) -> int | None:
     """Start this process's fork server now, unless one runs (Note [fork server]).
 
-    It imports :data:`PRELOAD` and ``preload`` in its own process, so a caller that starts it early
-    (before it imports and sets up the rest of a run) has it ready by the first worker's start. Only the
-    first start's ``preload`` counts: a running server is kept as it is.
+    It imports :data:`PRELOAD`, :data:`LEARNER_PRELOAD` unless ``learner_imports`` is False, and
+    ``preload`` in its own process, so a caller that starts it early (before it imports and sets up the
+    rest of a run) has it ready by the first worker's start. Only the first start's modules count: a
+    running server is kept as it is.
 
     Returns:
         The pid of the server this call started; None when one was running.
     """
     server = fork_server()
     before = server._forkserver_pid
+    learner = LEARNER_PRELOAD if learner_imports else ()
     multiprocessing.get_context("forkserver").set_forkserver_preload(
-        list(dict.fromkeys((*PRELOAD, *preload)))
+        list(dict.fromkeys((*PRELOAD, *learner, *preload)))
     )
     # multiprocessing starts its resource tracker first, and unblocks SIGINT and SIGTERM in this thread
     # once the tracker is spawned, whatever was blocked before: started inside the block, the server
@@ -198,11 +209,13 @@ def prestart_workers(preload: Sequence[str] = ()) -> PrestartedWorkers:
     """Start the workers' fork server now, so that its imports overlap the caller's own set-up of a run.
 
     The first run's workers then fork from a server that is ready, or nearly (Note [fork server]).
-    The caller hands the result over to the run it starts, or cancels it. Imports no torch.
+    The caller hands the result over to the run it starts, or cancels it. Imports no torch. The server
+    leaves :data:`LEARNER_PRELOAD` to the learner: it is made for one run, whose first fork would wait
+    for it.
 
     Args:
         preload: Modules the server imports too, after :data:`PRELOAD` and the workers' own: what
             unpickling the caller's run imports in every worker (its env factory's module), which
             each worker would otherwise import after its fork, all at once.
     """
-    return PrestartedWorkers(start_fork_server((*WORKER_MODULES, *preload)))
+    return PrestartedWorkers(start_fork_server((*WORKER_MODULES, *preload), learner_imports=False))

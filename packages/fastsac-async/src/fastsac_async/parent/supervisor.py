@@ -134,8 +134,9 @@ class Supervisor:
 
     Args:
         run_dir: The run folder (``logs/`` and ``async_errors/`` live under it).
-        preload: Modules the fork server imports besides :data:`PRELOAD` (the workers' entry modules);
-            only the first supervisor of a process starts the server, later ones reuse it as it is.
+        preload: Modules the fork server imports besides :data:`PRELOAD` and :data:`LEARNER_PRELOAD`
+            (the workers' entry modules); only the first supervisor of a process starts the server,
+            later ones reuse it as it is (the trainer's, started early without dynamo, too).
     """
 
     def __init__(self, run_dir: Path, preload: Sequence[str] = ()) -> None:
