@@ -51,7 +51,7 @@ class _RecordedServer(PrestartedWorkers):
 
 def _recorded_server(monkeypatch: pytest.MonkeyPatch) -> _RecordedServer:
     server = _RecordedServer()
-    monkeypatch.setattr(fastsac_async, "prestart_workers", lambda preload=(): server)
+    monkeypatch.setattr(fastsac_async, "prestart_workers", lambda preload=(), preload_learner=True: server)
     return server
 
 

@@ -345,7 +345,7 @@ def report(queue):
     queue.put((
         "fastsac_trainer.tasks._factory" in sys.modules and "mujoco" in sys.modules,
         [lib for lib in GL if lib in maps] + [m for m in sys.modules if m.startswith("OpenGL")][:1],
-        "torch" in sys.modules and "torch._dynamo" not in sys.modules,
+        "torch" in sys.modules and "torch._dynamo" in sys.modules,
     ))
 
 if __name__ == "__main__":
@@ -357,11 +357,11 @@ if __name__ == "__main__":
         queue = context.Queue()
         worker = context.Process(target=report, args=(queue,))
         worker.start()
-        preloaded, gl, lean = queue.get(timeout=60)
+        preloaded, gl, dynamo = queue.get(timeout=60)
         worker.join(60)
         print("exit code:", worker.exitcode)
         print("GL loaded:", gl)
-        print("torch without dynamo:", lean)
+        print("torch and dynamo:", dynamo)
         print("preloaded:", preloaded)
     finally:
         if worker is not None and worker.is_alive():
@@ -374,7 +374,9 @@ if __name__ == "__main__":
 def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
     tmp_path: Path, gl: str | None, preloaded: bool
 ) -> None:
-    """The trainer's fork server imports torch and the tasks, no OpenGL unless MUJOCO_GL asks, no dynamo."""
+    """The trainer's server imports torch and the tasks, no GL unless MUJOCO_GL asks, dynamo without GPU."""
+    from fastsac_trainer.training import gpu_visible
+
     script = tmp_path / "probe.py"
     script.write_text(_PRELOADED_PROBE)
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
@@ -384,8 +386,25 @@ def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()[-4:]
-    expected = ["exit code: 0", "GL loaded: []", "torch without dynamo: True", f"preloaded: {preloaded}"]
+    dynamo = not gpu_visible()
+    expected = ["exit code: 0", "GL loaded: []", f"torch and dynamo: {dynamo}", f"preloaded: {preloaded}"]
     assert lines == expected, result.stdout
+
+
+def test_a_gpu_is_visible_when_the_driver_lists_one_and_cuda_visible_devices_hides_none(
+    tmp_path: Path,
+) -> None:
+    """What decides whether the trainer's fork server leaves dynamo to the learner (LEARNER_PRELOAD)."""
+    from fastsac_trainer.training import gpu_visible
+
+    gpus = tmp_path / "gpus"
+    assert not gpu_visible({}, gpus), "no NVIDIA driver"
+    gpus.mkdir()
+    assert not gpu_visible({}, gpus), "a driver that lists no GPU"
+    (gpus / "0000:19:00.0").mkdir()
+    assert gpu_visible({}, gpus) and gpu_visible({"CUDA_VISIBLE_DEVICES": "0"}, gpus)
+    for hidden in ("", " ", "-1"):
+        assert not gpu_visible({"CUDA_VISIBLE_DEVICES": hidden}, gpus), repr(hidden)
 
 
 def test_the_fork_server_imports_mujoco_only_under_a_mujoco_gl_that_loads_no_opengl() -> None:

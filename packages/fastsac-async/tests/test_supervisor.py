@@ -30,8 +30,8 @@ def own_fork_server() -> None:
     """No fork server of this process runs (a test's own supervisor starts one as it would on its own).
 
     The server is per process and the first start decides its imports: an earlier test's server may be
-    the trainer's, which leaves dynamo to the learner (LEARNER_PRELOAD). None of its workers is alive
-    between tests.
+    a trainer's, which on a GPU host leaves dynamo to the learner (LEARNER_PRELOAD). None of its workers
+    is alive between tests.
     """
     pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     if pid is not None:

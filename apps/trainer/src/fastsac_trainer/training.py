@@ -15,7 +15,9 @@ API calls :func:`train_run`; nothing here imports either of them.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +29,10 @@ if TYPE_CHECKING:
     from fastsac_trainer.cluster import Cluster
     from fastsac_trainer.parent_log import ParentLog
 
-__all__ = ["RunOutcome", "end_start", "start_workers_first", "train_run", "train_seeds"]
+__all__ = ["RunOutcome", "end_start", "gpu_visible", "start_workers_first", "train_run", "train_seeds"]
+
+_NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+"""One folder per GPU the NVIDIA driver knows (PCI address), readable without CUDA."""
 
 
 @dataclass
@@ -142,7 +147,28 @@ def start_workers_first() -> PrestartedWorkers:
     # in the server, instead of in each worker after its fork; unless MuJoCo's import would load an
     # OpenGL library there (MUJOCO_GL=egl, say), which no process should hold before it forks.
     tasks = ("fastsac_trainer.tasks._factory",) if mujoco_import_is_fork_safe() else ()
-    return prestart_workers(preload=tasks)
+    return prestart_workers(preload=tasks, preload_learner=not gpu_visible())
+
+
+def gpu_visible(environ: Mapping[str, str] | None = None, gpus: Path = _NVIDIA_GPUS) -> bool:
+    """Whether this process may see an NVIDIA GPU (no CUDA call: read before anything imports torch).
+
+    The driver lists one in ``/proc/driver/nvidia/gpus`` and ``CUDA_VISIBLE_DEVICES`` does not hide
+    them all (empty or ``-1``).
+
+    With a GPU the default run's collectors act on it and each spends seconds on its CUDA context, time
+    in which the learner imports dynamo itself: the fork server then leaves it out, and the first fork
+    comes sooner (``fastsac_async.parent.fork_server.LEARNER_PRELOAD``). Without one the collectors are
+    ready at once and the learner would be the last: the server imports dynamo, as before.
+    """
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    try:
+        return any(gpus.iterdir())
+    except OSError:  # no NVIDIA driver
+        return False
 
 
 def end_start(server: PrestartedWorkers) -> None:

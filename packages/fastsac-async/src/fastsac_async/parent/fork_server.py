@@ -42,12 +42,12 @@ one inherits from the server instead, so:
   when no OpenGL library comes with them (``fastsac_trainer.rendering.mujoco_import_is_fork_safe``),
   and catches ``mujoco.GLContext`` up with a later choice before it makes an env that renders
   (``fastsac_trainer.rendering.match_mujoco_gl``). Dynamo's and inductor's configuration modules
-  (preloaded with ``torch._dynamo``, :data:`LEARNER_PRELOAD`, by a server a supervisor starts) read
-  their ``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*`` variables at that server's start
-  too: one of those set in the parent after the server started (between two runs of one process) does
-  not reach the workers (the compile cache folder does: inductor reads it at each access, and
-  ``FASTSAC_COMPILE_CACHE=off`` is applied again in each worker by ``use_compile_cache``). The
-  trainer's server (:func:`prestart_workers`) does not preload dynamo: its learner reads them itself.
+  (preloaded with ``torch._dynamo``, :data:`LEARNER_PRELOAD`) read their ``TORCHDYNAMO_*``,
+  ``TORCHINDUCTOR_*`` and ``TORCH_COMPILE_*`` variables at the server's start too: one of those set in
+  the parent after the server started (while it prepares a run, or between two runs of one process)
+  does not reach the workers (the compile cache folder does: inductor reads it at each access, and
+  ``FASTSAC_COMPILE_CACHE=off`` is applied again in each worker by ``use_compile_cache``); a server
+  started without them leaves that reading to each learner.
   Importing them touches no CUDA and starts no thread. (A main script that imports MuJoCo at its top is
   run again in each worker before the arguments are unpickled, as under spawn.)
 
@@ -57,7 +57,7 @@ with that code while the server is gone names the server
 (:func:`~fastsac_async.parent.supervisor.fork_server_death`).
 
 What the server imports is :data:`PRELOAD`, :data:`WORKER_MODULES` (``test_supervisor.py`` checks
-that these are the modules of the workers' entry points) and, unless it serves one run,
+that these are the modules of the workers' entry points) and, unless its starter says otherwise,
 :data:`LEARNER_PRELOAD`.
 """
 
@@ -101,13 +101,14 @@ PRELOAD = ("numpy", "torch", "fastsac_async.worker_process")
 modules of the workers a :class:`~fastsac_async.parent.supervisor.Supervisor` is given."""
 
 LEARNER_PRELOAD = ("torch._dynamo",)
-"""What a learner imports at its start and only a server that serves many runs preloads: a learner's
-first optimizer imports ``torch._dynamo`` (torch.optim's dynamo guard; about 1.2-1.4 s of CPU on the
-2-core machine). A server a :class:`~fastsac_async.parent.supervisor.Supervisor` starts (the engine's:
-a process that runs engine after engine, a test session) pays it once for all of them
-(wiki/benchmarks.md, "Process start and the test suite"). The server :func:`prestart_workers` starts
-for one run (the trainer's) leaves it to the learner, which imports it while its collectors start
-(they initialise CUDA meanwhile), so the first fork does not wait for it."""
+"""What only a learner needs and a server preloads unless told otherwise: a learner's first optimizer
+imports ``torch._dynamo`` (torch.optim's dynamo guard; 1.2-1.4 s of CPU on the 2-core machine, about a
+third of the server's imports). Preloaded, every learner of the server's process has it at once (a
+test session runs engine after engine: wiki/benchmarks.md, "Process start and the test suite"), but
+the first fork waits for it. Left to the learner (:func:`prestart_workers` with ``preload_learner=False``),
+the first fork comes that much earlier and the learner imports it in its own start, which pays only
+where the learner has time to spare: while its collectors initialise CUDA (2.1-2.3 s each on the
+GPU host), not where they are ready in a tenth of a second (a CPU run)."""
 
 
 def fork_server() -> Any:
@@ -115,10 +116,10 @@ def fork_server() -> Any:
     return multiprocessing.forkserver._forkserver
 
 
-def start_fork_server(preload: Sequence[str] = (), *, learner_imports: bool = True) -> int | None:
+def start_fork_server(preload: Sequence[str] = (), *, preload_learner: bool = True) -> int | None:
     """Start this process's fork server now, unless one runs (Note [fork server]).
 
-    It imports :data:`PRELOAD`, :data:`LEARNER_PRELOAD` unless ``learner_imports`` is False, and
+    It imports :data:`PRELOAD`, :data:`LEARNER_PRELOAD` unless ``preload_learner`` is False, and
     ``preload`` in its own process, so a caller that starts it early (before it imports and sets up the
     rest of a run) has it ready by the first worker's start. Only the first start's modules count: a
     running server is kept as it is.
@@ -128,7 +129,7 @@ def start_fork_server(preload: Sequence[str] = (), *, learner_imports: bool = Tr
     """
     server = fork_server()
     before = server._forkserver_pid
-    learner = LEARNER_PRELOAD if learner_imports else ()
+    learner = LEARNER_PRELOAD if preload_learner else ()
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         list(dict.fromkeys((*PRELOAD, *learner, *preload)))
     )
@@ -205,17 +206,17 @@ class PrestartedWorkers:
             _log.warning("could not stop the workers' fork server (pid %d)", pid, exc_info=True)
 
 
-def prestart_workers(preload: Sequence[str] = ()) -> PrestartedWorkers:
+def prestart_workers(preload: Sequence[str] = (), *, preload_learner: bool = True) -> PrestartedWorkers:
     """Start the workers' fork server now, so that its imports overlap the caller's own set-up of a run.
 
     The first run's workers then fork from a server that is ready, or nearly (Note [fork server]).
-    The caller hands the result over to the run it starts, or cancels it. Imports no torch. The server
-    leaves :data:`LEARNER_PRELOAD` to the learner: it is made for one run, whose first fork would wait
-    for it.
+    The caller hands the result over to the run it starts, or cancels it. Imports no torch.
 
     Args:
         preload: Modules the server imports too, after :data:`PRELOAD` and the workers' own: what
             unpickling the caller's run imports in every worker (its env factory's module), which
             each worker would otherwise import after its fork, all at once.
+        preload_learner: Import :data:`LEARNER_PRELOAD` in the server too (else each learner does, at
+            its start: earlier forks, a longer learner start).
     """
-    return PrestartedWorkers(start_fork_server((*WORKER_MODULES, *preload), learner_imports=False))
+    return PrestartedWorkers(start_fork_server((*WORKER_MODULES, *preload), preload_learner=preload_learner))

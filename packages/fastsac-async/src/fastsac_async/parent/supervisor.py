@@ -136,7 +136,7 @@ class Supervisor:
         run_dir: The run folder (``logs/`` and ``async_errors/`` live under it).
         preload: Modules the fork server imports besides :data:`PRELOAD` and :data:`LEARNER_PRELOAD`
             (the workers' entry modules); only the first supervisor of a process starts the server,
-            later ones reuse it as it is (the trainer's, started early without dynamo, too).
+            later ones reuse it as it is (a server started earlier by :func:`prestart_workers` too).
     """
 
     def __init__(self, run_dir: Path, preload: Sequence[str] = ()) -> None:
