@@ -370,13 +370,8 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize(("gl", "preloaded"), [(None, True), ("egl", False)])
-def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
-    tmp_path: Path, gl: str | None, preloaded: bool
-) -> None:
-    """The trainer's server imports torch and the tasks, no GL unless MUJOCO_GL asks, dynamo without GPU."""
-    from fastsac_trainer.training import gpu_visible
-
+def _probe_preloaded(tmp_path: Path, gl: str | None) -> list[str]:
+    """The last lines of ``_PRELOADED_PROBE`` run with ``MUJOCO_GL=gl`` (None: unset)."""
     script = tmp_path / "probe.py"
     script.write_text(_PRELOADED_PROBE)
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
@@ -385,10 +380,30 @@ def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()[-4:]
+    return result.stdout.splitlines()[-4:]
+
+
+@pytest.mark.parametrize(("gl", "preloaded"), [(None, True), ("egl", False)])
+def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
+    tmp_path: Path, gl: str | None, preloaded: bool
+) -> None:
+    """The trainer's server imports torch and the tasks, no GL unless MUJOCO_GL asks, dynamo without GPU."""
+    from fastsac_trainer.training import gpu_visible
+
     dynamo = not gpu_visible()
     expected = ["exit code: 0", "GL loaded: []", f"torch and dynamo: {dynamo}", f"preloaded: {preloaded}"]
-    assert lines == expected, result.stdout
+    assert _probe_preloaded(tmp_path, gl) == expected
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_host_the_trainers_fork_server_leaves_dynamo_to_the_learner(tmp_path: Path) -> None:
+    """With a GPU visible, a worker forked by the trainer's server has torch and the tasks, not dynamo."""
+    from fastsac_trainer.training import gpu_visible
+
+    assert gpu_visible(), "the NVIDIA driver lists a GPU and CUDA_VISIBLE_DEVICES hides none"
+    assert _probe_preloaded(tmp_path, None) == [
+        "exit code: 0", "GL loaded: []", "torch and dynamo: False", "preloaded: True"
+    ]  # fmt: skip
 
 
 def test_a_gpu_is_visible_when_the_driver_lists_one_and_cuda_visible_devices_hides_none(
