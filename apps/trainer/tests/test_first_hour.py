@@ -412,14 +412,20 @@ def test_a_gpu_is_visible_when_the_driver_lists_one_and_cuda_visible_devices_hid
     """What decides whether the trainer's fork server leaves dynamo to the learner (LEARNER_PRELOAD)."""
     from fastsac_trainer.training import gpu_visible
 
-    gpus = tmp_path / "gpus"
-    assert not gpu_visible({}, gpus), "no NVIDIA driver"
+    gpus, dev = tmp_path / "gpus", tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidiactl").touch()  # the driver's control device: no GPU in itself
+    assert not gpu_visible({}, gpus, dev), "no NVIDIA driver list, no GPU device"
     gpus.mkdir()
-    assert not gpu_visible({}, gpus), "a driver that lists no GPU"
+    assert not gpu_visible({}, gpus, dev), "a driver that lists no GPU"
     (gpus / "0000:19:00.0").mkdir()
-    assert gpu_visible({}, gpus) and gpu_visible({"CUDA_VISIBLE_DEVICES": "0"}, gpus)
-    for hidden in ("", " ", "-1"):
-        assert not gpu_visible({"CUDA_VISIBLE_DEVICES": hidden}, gpus), repr(hidden)
+    assert gpu_visible({}, gpus, dev) and gpu_visible({"CUDA_VISIBLE_DEVICES": "0,1"}, gpus, dev)
+    assert gpu_visible({"CUDA_VISIBLE_DEVICES": "GPU-8f3e"}, gpus, dev), "a UUID names a GPU"
+    for hidden in ("", " ", "-1", " -1", "-1,0"):
+        assert not gpu_visible({"CUDA_VISIBLE_DEVICES": hidden}, gpus, dev), repr(hidden)
+    gpus.rename(tmp_path / "unmounted")
+    (dev / "nvidia0").touch()
+    assert gpu_visible({}, gpus, dev), "a container without the driver's list still has the GPU's device"
 
 
 def test_the_fork_server_imports_mujoco_only_under_a_mujoco_gl_that_loads_no_opengl() -> None:

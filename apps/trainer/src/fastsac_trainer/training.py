@@ -150,11 +150,14 @@ def start_workers_first() -> PrestartedWorkers:
     return prestart_workers(preload=tasks, preload_learner=not gpu_visible())
 
 
-def gpu_visible(environ: Mapping[str, str] | None = None, gpus: Path = _NVIDIA_GPUS) -> bool:
+def gpu_visible(
+    environ: Mapping[str, str] | None = None, gpus: Path = _NVIDIA_GPUS, devices: Path = Path("/dev")
+) -> bool:
     """Whether this process may see an NVIDIA GPU (no CUDA call: read before anything imports torch).
 
-    The driver lists one in ``/proc/driver/nvidia/gpus`` and ``CUDA_VISIBLE_DEVICES`` does not hide
-    them all (empty or ``-1``).
+    The driver lists one (``/proc/driver/nvidia/gpus``, or a ``/dev/nvidiaN`` device where a container
+    hides that list) and ``CUDA_VISIBLE_DEVICES`` does not hide them all (empty, or a first entry
+    CUDA cannot take: ``-1``).
 
     With a GPU the default run's collectors act on it and each spends seconds on its CUDA context, time
     in which the learner imports dynamo itself: the fork server then leaves it out, and the first fork
@@ -163,12 +166,16 @@ def gpu_visible(environ: Mapping[str, str] | None = None, gpus: Path = _NVIDIA_G
     """
     env = os.environ if environ is None else environ
     visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return False
+    if visible is not None:
+        first = visible.split(",")[0].strip()
+        if not first or first.startswith("-"):  # CUDA reads the list up to its first invalid entry
+            return False
     try:
-        return any(gpus.iterdir())
-    except OSError:  # no NVIDIA driver
-        return False
+        if any(gpus.iterdir()):
+            return True
+    except OSError:  # no NVIDIA driver, or its list is not mounted here
+        pass
+    return any(devices.glob("nvidia[0-9]*"))
 
 
 def end_start(server: PrestartedWorkers) -> None:
