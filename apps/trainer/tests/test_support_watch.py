@@ -42,6 +42,16 @@ def test_a_support_top_held_for_three_fresh_reports_warns_once_naming_setting_va
     assert watch.warned
 
 
+def test_a_nan_qf_max_breaks_the_count_and_never_warns(caplog: pytest.LogCaptureFixture) -> None:
+    """NaN values say nothing of the support: they neither count nor let a count go on."""
+    caplog.set_level(logging.WARNING, logger=_WATCH_LOG)
+    watch = SupportWatch(FastSACConfig(v_min=-100.0, v_max=1000.0, num_atoms=101))
+    nan = float("nan")
+    for i, value in enumerate([1000.0, 1000.0, nan, 1000.0, nan, nan, nan]):
+        watch.report(_tick(i, value))
+    assert _warnings(caplog) == [] and not watch.warned
+
+
 def test_values_below_the_top_stale_reports_and_missing_metrics_do_not_count(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -73,7 +83,7 @@ def test_with_reward_normalisation_the_watch_reads_the_normalised_support(
     watch.report(_tick(4, 9.95))  # far below the unused v_max=1000: the normalised top counts
     (message,) = _warnings(caplog)
     assert "with algo.agent.normalized_v_max=10, 3 reports in a row since iteration 2" in message
-    assert "widen the support: algo.agent.normalized_v_max=15 " in message
+    assert "widen the support: algo.agent.normalized_v_max=15 (see train/reward_scale" in message
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ the value seen and a wider support, and then stays quiet.
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,24 +44,30 @@ class SupportWatch:
         low, high = agent.value_support
         self._top = high
         self._margin = (high - low) / (agent.num_atoms - 1) / 2  # half an atom
-        if agent.reward_normalization:
+        if agent.reward_normalization:  # the scale keeps returns within half the top: wiki/tasks.md
             self._setting = f"algo.agent.normalized_v_max={agent.normalized_v_max:g}"
-            self._fix = f"algo.agent.normalized_v_max={1.5 * agent.normalized_v_max:g}"
+            self._fix = (
+                f"algo.agent.normalized_v_max={1.5 * agent.normalized_v_max:g} (see train/reward_scale; "
+                'wiki/tasks.md, "Value supports with reward normalisation")'
+            )
         else:
             self._setting = f"algo.agent.v_max={agent.v_max:g}"
             wider = agent.v_max + (agent.v_max - agent.v_min) / 2
-            self._fix = f"algo.agent.v_max={wider:g}, or algo.agent.reward_normalization=true"
+            self._fix = (
+                f"algo.agent.v_max={wider:g}, or algo.agent.reward_normalization=true "
+                '(wiki/tasks.md, "C51 supports")'
+            )
         self._streak = 0
         self._since: int | None = None
         self.warned = False
-        """Whether the warning was given (once per run)."""
+        """Whether the warning was given (once per launch: a resumed run may warn again)."""
 
     def report(self, snapshot: Snapshot) -> None:
         """Count a fresh ``train/qf_max`` at the top; warn at the ``SATURATED_REPORTS``-th in a row."""
         value = snapshot.scalars.get(QF_MAX)
         if self.warned or value is None or QF_MAX in snapshot.stale:
             return
-        if value < self._top - self._margin:
+        if not math.isfinite(value) or value < self._top - self._margin:  # NaN says nothing of the top
             self._streak, self._since = 0, None
             return
         self._streak += 1
@@ -70,8 +77,8 @@ class SupportWatch:
             self.warned = True
             _log.warning(
                 "the critics' values sit at the top of their support: train/qf_max %.4g with %s, %d reports "
-                "in a row since iteration %d. Targets above it are clipped, so the critics cannot rank the "
-                "best actions and learning stalls; widen the support: %s (wiki/tasks.md, \"C51 supports\")",
+                "in a row since iteration %d. Targets above it may be clipped, so that the critics cannot "
+                "rank the best actions and learning stalls; widen the support: %s",
                 value, self._setting, self._streak, self._since, self._fix,
             )  # fmt: skip
 

@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RunOutcome", "end_start", "gpu_visible", "start_workers_first", "train_run", "train_seeds"]
 
-_NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
-"""One folder per GPU the NVIDIA driver knows (PCI address), readable without CUDA."""
-
 
 @dataclass
 class RunOutcome:
@@ -150,14 +147,13 @@ def start_workers_first() -> PrestartedWorkers:
     return prestart_workers(preload=tasks, preload_learner=not gpu_visible())
 
 
-def gpu_visible(
-    environ: Mapping[str, str] | None = None, gpus: Path = _NVIDIA_GPUS, devices: Path = Path("/dev")
-) -> bool:
+def gpu_visible(environ: Mapping[str, str] | None = None, devices: Path = Path("/dev")) -> bool:
     """Whether this process may see an NVIDIA GPU (no CUDA call: read before anything imports torch).
 
-    The driver lists one (``/proc/driver/nvidia/gpus``, or a ``/dev/nvidiaN`` device where a container
-    hides that list) and ``CUDA_VISIBLE_DEVICES`` does not hide them all (empty, or a first entry
-    CUDA cannot take: ``-1``).
+    A GPU's device file (``/dev/nvidiaN``: what a container is given with its GPUs) exists and
+    ``CUDA_VISIBLE_DEVICES`` does not hide them all: CUDA reads that list up to its first entry that
+    names no device, so an empty one, ``-1`` or Slurm's ``NoDevFiles`` first hides every GPU. (An
+    index beyond the host's GPUs still counts as one: this only chooses what the fork server imports.)
 
     With a GPU the default run's collectors act on it and each spends seconds on its CUDA context, time
     in which the learner imports dynamo itself: the fork server then leaves it out, and the first fork
@@ -168,13 +164,8 @@ def gpu_visible(
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         first = visible.split(",")[0].strip()
-        if not first or first.startswith("-"):  # CUDA reads the list up to its first invalid entry
+        if not (first.isdigit() or first.startswith(("GPU-", "MIG-"))):
             return False
-    try:
-        if any(gpus.iterdir()):
-            return True
-    except OSError:  # no NVIDIA driver, or its list is not mounted here
-        pass
     return any(devices.glob("nvidia[0-9]*"))
 
 

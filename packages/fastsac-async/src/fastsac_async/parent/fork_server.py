@@ -7,8 +7,9 @@ only the standard library and :mod:`fastsac_async.worker_start`.
 Importing torch costs seconds of CPU per process (5.5 s on a 2-core machine); a run starts a learner,
 its collectors and an evaluator, so spawning each from scratch paid that once per worker. Workers are
 started with multiprocessing's ``forkserver`` method instead: the first start launches one server
-process (a fresh interpreter, like a spawned child) that imports :data:`PRELOAD` and the entry modules
-of the workers, and every worker is then a fork of that server. A caller may start it before it prepares
+process (a fresh interpreter, like a spawned child) that imports :data:`PRELOAD`, the entry modules
+of the workers and, unless its starter leaves it to the learner, :data:`LEARNER_PRELOAD`, and every
+worker is then a fork of that server. A caller may start it before it prepares
 a run (:func:`start_fork_server`, :func:`prestart_workers`; the trainer does, first thing, before it
 imports torch or composes its config), so that the server's imports overlap the caller's own, and must
 stop it again (:func:`stop_fork_server`) when no run will use it: a server still importing notices its
@@ -102,13 +103,12 @@ modules of the workers a :class:`~fastsac_async.parent.supervisor.Supervisor` is
 
 LEARNER_PRELOAD = ("torch._dynamo",)
 """What only a learner needs and a server preloads unless told otherwise: a learner's first optimizer
-imports ``torch._dynamo`` (torch.optim's dynamo guard; 1.2-1.4 s of CPU on the 2-core machine, about a
-third of the server's imports). Preloaded, every learner of the server's process has it at once (a
-test session runs engine after engine: wiki/benchmarks.md, "Process start and the test suite"), but
-the first fork waits for it. Left to the learner (:func:`prestart_workers` with ``preload_learner=False``),
-the first fork comes that much earlier and the learner imports it in its own start, which pays only
-where the learner has time to spare: while its collectors initialise CUDA (2.1-2.3 s each on the
-GPU host), not where they are ready in a tenth of a second (a CPU run)."""
+imports ``torch._dynamo`` (torch.optim's dynamo guard), about a third of the server's imports.
+Preloaded, every learner of the server's process has it at once (a test session runs engine after
+engine: wiki/benchmarks.md, "Process start and the test suite"), but the first fork waits for it.
+Left to the learner (:func:`prestart_workers` with ``preload_learner=False``), the first fork comes
+that much earlier and the learner imports it in its own start, which pays only where the learner has
+time to spare: while its collectors initialise CUDA, not where they are ready at once (a CPU run)."""
 
 
 def fork_server() -> Any:
