@@ -22,8 +22,8 @@ step() {  # name, then the command
   tail -n 25 "$out/$name.log"
 }
 if [[ $what == tests || $what == all ]]; then
-  # Five pytest processes at once, one per test group, each on its own CPUs and with its own log:
-  # a failure's traceback survives a hang elsewhere, and the whole suite takes a few minutes.
+  # Five pytest groups, each on its own CPUs and with its own log (two of them in turn on the same
+  # CPUs): a failure's traceback survives a hang elsewhere, and the whole suite takes a few minutes.
   # Per-test timeout plus a cap per group: a hang must not eat the device lease.
   # The four package groups share the first half of the CPUs; the app and end-to-end group (whole
   # trainer runs, most of the time) gets the second half and, where pytest-xdist is installed, runs
@@ -42,11 +42,18 @@ if [[ $what == tests || $what == all ]]; then
   if (( n >= 8 )) && python3 -c "import xdist" 2>/dev/null; then
     parallel=(-n "$(( n / 4 ))" -p no:benchmark)  # pytest-benchmark refuses to run under xdist
   fi
+  # The core group (compiles on CUDA: 4 min 45 s on 2 CPUs on 2026-12-05) gets two quarters and two
+  # xdist workers; the transport and async groups (100 s and 25 s then) share one quarter, in turn.
   core=packages/fastsac-core/tests
-  group core "$(cpus 0)" $core --ignore=$core/test_step_graph.py &
+  core_parallel=()
+  if (( q > 0 )) && [[ ${#parallel[@]} -gt 0 ]]; then
+    core_cpus="$(cpus 0),$(cpus 3)"; core_parallel=(-n 2 -p no:benchmark)
+  else
+    core_cpus=$(cpus 0)
+  fi
+  group core "$core_cpus" "${core_parallel[@]}" $core --ignore=$core/test_step_graph.py &
   group graphs "$(cpus 1)" $core/test_step_graph.py &
-  group transport "$(cpus 2)" packages/shm-transport/tests &
-  group async "$(cpus 3)" packages/fastsac-async/tests &
+  { group transport "$(cpus 2)" packages/shm-transport/tests; group async "$(cpus 2)" packages/fastsac-async/tests; } &
   group rest "$rest_cpus" "${parallel[@]}" packages/numa-bind packages/topology apps tests &
   wait
   grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |[0-9]+ (passed|failed)" "$out"/tests_*.log
