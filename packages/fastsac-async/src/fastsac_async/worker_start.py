@@ -97,7 +97,7 @@ def worker_environment(threads: int) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": n,
         "OMP_WAIT_POLICY": "PASSIVE",
         # Inductor's parallel compile workers are extra processes; keep compilation in-process (except
-        # a pinned GPU learner's first update chunk: Note [compile on borrowed CPUs]).
+        # a pinned GPU learner's compile on its collectors' CPUs: Note [compile on borrowed CPUs]).
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
 
