@@ -1,8 +1,9 @@
 """fastsac-async: the asynchronous FastSAC engine (collectors, learners, supervision).
 
 Collector processes step env shards and push transitions into per-collector SPSC rings; learner
-ranks drain their collectors' rings into complete generations (or each ring into its own replay env
-block, ``ingest="ragged"``), decide updates in lockstep, train and publish weights. The parent
+ranks drain each of their collectors' rings into its own replay env block (or, with
+``ingest="generations"``, into complete generations), decide updates in lockstep, train and publish
+weights. The parent
 allocates shared memory, spawns and supervises the workers.
 
 The public face is this module's ``__all__``: what a caller needs to run the engine, read what it
