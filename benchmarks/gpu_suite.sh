@@ -42,18 +42,20 @@ if [[ $what == tests || $what == all ]]; then
   if (( n >= 8 )) && python3 -c "import xdist" 2>/dev/null; then
     parallel=(-n "$(( n / 4 ))" -p no:benchmark)  # pytest-benchmark refuses to run under xdist
   fi
-  # The core group (compiles on CUDA: 4 min 45 s on 2 CPUs on 2026-12-05) gets two quarters and two
-  # xdist workers; the transport and async groups (100 s and 25 s then) share one quarter, in turn.
+  # fastsac-core's compiling tests (the longest package group: wiki/benchmarks.md, "The scripts") get
+  # two quarters and two xdist workers where xdist is installed; the short transport and async groups
+  # then share one quarter in turn, each with half the cap, so the pair is bounded by one cap.
   core=packages/fastsac-core/tests
-  core_parallel=()
   if (( q > 0 )) && [[ ${#parallel[@]} -gt 0 ]]; then
-    core_cpus="$(cpus 0),$(cpus 3)"; core_parallel=(-n 2 -p no:benchmark)
+    group core "$(cpus 0),$(cpus 3)" -n 2 -p no:benchmark $core --ignore=$core/test_step_graph.py &
+    { cap=$(( cap / 2 )); group transport "$(cpus 2)" packages/shm-transport/tests
+      group async "$(cpus 2)" packages/fastsac-async/tests; } &
   else
-    core_cpus=$(cpus 0)
+    group core "$(cpus 0)" $core --ignore=$core/test_step_graph.py &
+    group transport "$(cpus 2)" packages/shm-transport/tests &
+    group async "$(cpus 3)" packages/fastsac-async/tests &
   fi
-  group core "$core_cpus" "${core_parallel[@]}" $core --ignore=$core/test_step_graph.py &
   group graphs "$(cpus 1)" $core/test_step_graph.py &
-  { group transport "$(cpus 2)" packages/shm-transport/tests; group async "$(cpus 2)" packages/fastsac-async/tests; } &
   group rest "$rest_cpus" "${parallel[@]}" packages/numa-bind packages/topology apps tests &
   wait
   grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |[0-9]+ (passed|failed)" "$out"/tests_*.log
