@@ -1,6 +1,5 @@
 import contextlib
 import multiprocessing as mp
-import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastsac_async.parent.fork_server import stop_fork_server
+from fastsac_async.parent.fork_server import fork_server, stop_fork_server
 from fastsac_async.parent.janitor import pid_alive
 from fastsac_async.parent.supervisor import Supervisor, WorkerExit
 from fastsac_async.run_layout import RunLayout
@@ -33,7 +32,7 @@ def own_fork_server() -> None:
     a trainer's, which on a GPU host leaves dynamo to the learner (LEARNER_PRELOAD). None of its workers
     is alive between tests.
     """
-    pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    pid = fork_server()._forkserver_pid
     if pid is not None:
         stop_fork_server(pid)
 
@@ -142,7 +141,7 @@ def test_a_dead_fork_server_is_named(tmp_path: Path) -> None:
     """Killing the fork server kills its workers; the failure names the server, not a bare exit 255."""
     sup = Supervisor(tmp_path)
     sup.spawn("collector0", sleeping_worker, {"seconds": 120.0}, threads=1)
-    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    server = fork_server()._forkserver_pid
     assert server is not None
     os.kill(server, signal.SIGKILL)
     assert _wait_exit(sup, 30) == ["collector0"]
