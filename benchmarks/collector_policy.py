@@ -19,28 +19,11 @@ from __future__ import annotations
 import argparse
 import time
 
-import gymnasium
 import torch
 from _harness import add_output_args, machine, report
 
 from fastsac_core import InferencePolicy
-from fastsac_core.env import EnvDims
-from fastsac_trainer.tasks import get_task
-
-
-def _dims(env_id: str) -> EnvDims:
-    """The task's dimensions from its env's spaces (one env made and closed)."""
-    env = gymnasium.make(env_id)
-    try:
-        obs_dim = int(env.observation_space.shape[0])  # type: ignore[index]
-        low, high = env.action_space.low, env.action_space.high  # type: ignore[attr-defined]
-    finally:
-        env.close()
-    return EnvDims(
-        obs_dim=obs_dim, critic_obs_dim=obs_dim, act_dim=len(low),
-        action_low=tuple(float(v) for v in low), action_high=tuple(float(v) for v in high),
-        critic_obs_is_obs=True,
-    )  # fmt: skip
+from fastsac_trainer.tasks import MujocoEnvFactory, get_task, probe_dims
 
 
 def _ms_per_call(policy: InferencePolicy, obs: torch.Tensor, calls: int, warmup: int) -> float:
@@ -70,7 +53,8 @@ def main() -> None:
         parser.error(f"--task {args.task} has no gymnasium env; name a built-in task such as humanoid")
     devices = args.devices or ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
     print(machine(f"torch threads {torch.get_num_threads()}"))
-    dims, cfg = _dims(task.env_id), task.agent_config()
+    dims = probe_dims(MujocoEnvFactory(env_id=task.env_id))  # as a launch reads them
+    cfg = task.agent_config()
     rows = []
     for device in devices:
         cuda = torch.device(device).type == "cuda"
