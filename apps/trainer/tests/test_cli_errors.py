@@ -179,12 +179,17 @@ SMALL = ["task=pendulum", "task.num_envs=4", "algo.agent.buffer_size=16", "algo.
         (["algo.agent.buffer_size=32"], "error: algo.agent.buffer_size=32 does not match"),
         (["task.num_envs=8"], "error: task.num_envs=8 over 1 learner(s) gives 8 envs per learner, but"),
         (["task=halfcheetah", "task.num_envs=4"], "error: task=halfcheetah does not match"),
+        (["algo.agent.v_max=200"], "error: algo.agent.v_max=200 does not match"),
+        (
+            ["algo.agent.reward_normalization=true"],
+            "error: algo.agent.reward_normalization=true algo.agent.normalized_v_max=10 does not match",
+        ),
     ],
 )
 def test_a_resume_that_does_not_fit_its_checkpoint_is_refused_before_anything_starts(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, change: list[str], expected: str
 ) -> None:
-    """resume= with another task, network size, replay size or env count: one line, nothing written."""
+    """resume= with another task, network, replay, env count or value support: one line, nothing written."""
     folder = _saved_run(tmp_path, SMALL, 4)
     line = _fail(capsys, [*SMALL, f"resume={folder}", *change])
     assert line.startswith(expected), line

@@ -184,3 +184,32 @@ def test_the_settings_a_refused_resume_names_resume_it(tmp_path: Path) -> None:
     assert fix is not None, info.value
     assert fix.group(1) == f"task.num_envs=2 {options}.num_learners=1"
     assert check_resumable(checkpoint, composed([*asynchronous, *fix.group(1).split()]).run) == 5
+
+
+def test_a_resume_under_another_value_support_names_the_checkpoints_and_it_resumes(tmp_path: Path) -> None:
+    """A critic trained on v_max 110 is not read on 200's atoms: the refusal's fix passes the check."""
+    import re
+
+    from fastsac_core import save_checkpoint
+    from fastsac_core.testing import make_agent
+    from fastsac_trainer.arguments import composed
+    from fastsac_trainer.config.exceptions import TrainerAppError
+    from fastsac_trainer.launch import check_resumable
+
+    base = [*SYNC_TINY, "algo.agent.buffer_size=16"]
+    trained = composed(base).run
+    assert trained.agent.support_settings == {"reward_normalization": False, "v_min": -10.0, "v_max": 110.0}
+    agent = make_agent(trained.dims, trained.agent, "cpu", num_envs=2)
+    checkpoint = save_checkpoint(tmp_path / "a.pt", agent, extra={"iteration": 5, "env_steps": 10})
+    with pytest.raises(TrainerAppError) as info:
+        check_resumable(checkpoint, composed([*base, "algo.agent.v_max=200"]).run)
+    assert str(info.value).startswith(
+        f"algo.agent.v_max=200 does not match {checkpoint}, whose critics were "
+    )
+    fix = re.search(r"; resume with (.*), or start a new run", str(info.value))
+    assert fix is not None and fix.group(1) == "algo.agent.v_max=110", info.value
+    assert check_resumable(checkpoint, composed([*base, "algo.agent.v_max=200", fix.group(1)]).run) == 5
+    normalised = composed([*base, "algo.agent.reward_normalization=true"]).run
+    with pytest.raises(TrainerAppError, match=r"resume with algo.agent.reward_normalization=false "
+                       r"algo.agent.v_min=-10 algo.agent.v_max=110, or start"):  # fmt: skip
+        check_resumable(checkpoint, normalised)

@@ -120,6 +120,7 @@ def check_resumable(checkpoint: Path, run: Any, hosts: HostGroup | None = None) 
                 f"algo.agent.{key}={agent[key]} does not match {checkpoint}, which has {saved}; "
                 f"resume with algo.agent.{key}={saved} or start a new run (run_name=...)"
             )
+    _check_support(checkpoint, info["config"], run.agent)
     learners = run.async_options.num_learners if run.asynchronous else 1
     num_envs = run.num_envs
     per_learner, saved_envs = num_envs // learners, info["buffer"]["num_envs"]
@@ -144,6 +145,42 @@ def check_resumable(checkpoint: Path, run: Any, hosts: HostGroup | None = None) 
             f"with {fix}, or start a new run (run_name=...) for another env count"
         )
     return iteration
+
+
+def _check_support(checkpoint: Path, saved: dict[str, Any], agent: Any) -> None:
+    """Refuse a resume whose critics' value support differs from the checkpoint's (``support_settings``).
+
+    A task's default support may change between versions (Humanoid's top went from 1,000 to 1,600), so
+    the fix names the checkpoint's values. A saved config this version cannot rebuild (an older
+    trainer's) is not checked.
+
+    Raises:
+        TrainerAppError: A support setting differs.
+    """
+    import dataclasses
+
+    from fastsac_trainer.config.exceptions import TrainerAppError
+
+    names = {field.name for field in dataclasses.fields(agent)}
+    try:
+        then = dataclasses.replace(agent, **{k: v for k, v in saved.items() if k in names}).support_settings
+    except (TypeError, ValueError):  # fastsac_core's ConfigError is a ValueError
+        return
+    now = agent.support_settings
+    if then != now:
+        differ = " ".join(f"algo.agent.{k}={_override_value(v)}" for k, v in now.items() if then.get(k) != v)
+        keep = " ".join(f"algo.agent.{k}={_override_value(v)}" for k, v in then.items() if now.get(k) != v)
+        raise TrainerAppError(
+            f"{differ} does not match {checkpoint}, whose critics were trained with {keep} (their outputs "
+            f"are values on that support); resume with {keep}, or start a new run (run_name=...)"
+        )
+
+
+def _override_value(value: object) -> str:
+    """``value`` as a command line writes it: ``true``, ``1600``, ``0.5``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _same_iterations(saved: int, per_learner: int, hosts: int, learners: int, *, asynchronous: bool) -> str:

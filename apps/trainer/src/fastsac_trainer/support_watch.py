@@ -78,7 +78,8 @@ class SupportWatch:
             _log.warning(
                 "the critics' values sit at the top of their support: train/qf_max %.4g with %s, %d reports "
                 "in a row since iteration %d. Targets above it may be clipped, so that the critics cannot "
-                "rank the best actions and learning stalls; widen the support: %s",
+                "rank the best actions and learning stalls; widen the support in a new run (a resume keeps "
+                "the checkpoint's): %s",
                 value, self._setting, self._streak, self._since, self._fix,
             )  # fmt: skip
 

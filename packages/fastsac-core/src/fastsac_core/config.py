@@ -257,6 +257,17 @@ class FastSACConfig:
         return self.v_min, self.v_max
 
     @property
+    def support_settings(self) -> dict[str, Any]:
+        """The settings that define what the critics' outputs mean (a resume must keep them).
+
+        Reward normalisation and the bounds of :attr:`value_support` it uses: a critic trained under
+        other ones would read its atoms as other values.
+        """
+        if self.reward_normalization:
+            return {"reward_normalization": True, "normalized_v_max": self.normalized_v_max}
+        return {"reward_normalization": False, "v_min": self.v_min, "v_max": self.v_max}
+
+    @property
     def return_bound(self) -> float:
         """With reward normalisation: the bound on every scaled |return| seen so far (Note [reward scale])."""
         return self.normalized_v_max / 2

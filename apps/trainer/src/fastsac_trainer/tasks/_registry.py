@@ -121,9 +121,8 @@ TASKS: Mapping[str, TaskSpec] = MappingProxyType(
                 num_envs=448,
                 num_learning_iterations=20_000,
                 video_camera=TRACKING_CAMERA,
-                # ~5 healthy + up to ~7 forward reward per step -> discounted values up to ~1,200 at 0.99:
-                # with a top of 1,000 the targets piled on it from ~160 s on and the return stalled near
-                # 9k; 1,600 gave 12,207 and 12,367 at 300 s (wiki/tasks.md, "C51 supports").
+                # ~5 healthy + up to ~7 forward reward per step -> discounted values up to ~1,200 at 0.99;
+                # a top of 1,000 bound the best policies' targets (wiki/tasks.md, "C51 supports").
                 agent_overrides=_locomotion(
                     v_min=-100.0, v_max=1600.0, buffer_size=2048, learning_starts=20, batch_size=7168
                 ),
