@@ -190,6 +190,8 @@ def test_a_resume_under_another_value_support_names_the_checkpoints_and_it_resum
     """A critic trained on v_max 110 is not read on 200's atoms: the refusal's fix passes the check."""
     import re
 
+    import torch
+
     from fastsac_core import save_checkpoint
     from fastsac_core.testing import make_agent
     from fastsac_trainer.arguments import composed
@@ -213,3 +215,19 @@ def test_a_resume_under_another_value_support_names_the_checkpoints_and_it_resum
     with pytest.raises(TrainerAppError, match=r"resume with algo.agent.reward_normalization=false "
                        r"algo.agent.v_min=-10 algo.agent.v_max=110, or start"):  # fmt: skip
         check_resumable(checkpoint, normalised)
+    payload = torch.load(checkpoint, weights_only=True)  # a checkpoint of a trainer before normalisation
+    for key in ("reward_normalization", "normalized_v_max"):
+        del payload["config"][key]
+    torch.save(payload, tmp_path / "older.pt")
+    assert check_resumable(tmp_path / "older.pt", trained) == 5
+    with pytest.raises(TrainerAppError, match=r"resume with algo.agent.reward_normalization=false "):
+        check_resumable(tmp_path / "older.pt", normalised)
+    odd = composed([*base, "algo.agent.v_max=1234567.125"]).run  # a top that six digits would round
+    odd_checkpoint = save_checkpoint(
+        tmp_path / "b.pt", make_agent(odd.dims, odd.agent, "cpu", num_envs=2), extra={"iteration": 5}
+    )
+    with pytest.raises(TrainerAppError) as info:
+        check_resumable(odd_checkpoint, trained)
+    fix = re.search(r"; resume with (.*), or start a new run", str(info.value))
+    assert fix is not None and fix.group(1) == "algo.agent.v_max=1234567.125", info.value
+    assert check_resumable(odd_checkpoint, composed([*base, fix.group(1)]).run) == 5

@@ -127,6 +127,26 @@ def test_missing_corrupt_and_incompatible_checkpoints(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "good.pt", more_envs)
 
 
+def test_a_checkpoint_of_another_value_support_is_refused_an_older_one_read_with_its_defaults(
+    tmp_path: Path,
+) -> None:
+    """The critics' atoms come with the checkpoint: another support is refused, also from an older file."""
+    saved = save_checkpoint(tmp_path / "a.pt", _agent())
+    load_checkpoint(saved, _agent())
+    for other in ({"v_max": 6.0}, {"reward_normalization": True}):
+        with pytest.raises(
+            CheckpointError, match=r"was trained on the value support \{'reward_normalization': False"
+        ):
+            load_checkpoint(saved, _agent(**other))
+    payload = torch.load(saved, weights_only=True)
+    for key in ("reward_normalization", "normalized_v_max"):  # a checkpoint of a trainer before them
+        del payload["config"][key]
+    torch.save(payload, tmp_path / "older.pt")
+    load_checkpoint(tmp_path / "older.pt", _agent())  # reward normalisation was off then
+    with pytest.raises(CheckpointError, match=re.escape("this agent's is {'reward_normalization': True")):
+        load_checkpoint(tmp_path / "older.pt", _agent(reward_normalization=True))
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full, whose every write is ENOSPC")
 @pytest.mark.parametrize("torch_opens_it", [False, True], ids=["OSError", "torch-unexpected-pos"])
 def test_a_write_out_of_space_is_one_line_naming_the_file_the_space_and_the_fix(

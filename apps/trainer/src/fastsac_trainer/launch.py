@@ -77,7 +77,7 @@ _SHAPED = (
 
 
 def check_resumable(checkpoint: Path, run: Any, hosts: HostGroup | None = None) -> int:
-    """The checkpoint's iteration, once its task, network, replay sizes and env steps fit ``run``.
+    """The checkpoint's iteration, once its task, network, value support, replay and env steps fit ``run``.
 
     ``hosts``: this host's ``HostGroup`` in a run across hosts (None: one host). A run's iterations are
     all of one size (:meth:`~fastsac_trainer.plan.RunPlan.env_steps_per_iteration`): its env-step axis,
@@ -89,7 +89,8 @@ def check_resumable(checkpoint: Path, run: Any, hosts: HostGroup | None = None) 
     instead of a learner failing at start-up.
 
     Raises:
-        TrainerAppError: The checkpoint was trained with a different task, network or env count.
+        TrainerAppError: The checkpoint was trained with a different task, network, value support or
+            env count.
     """
     import dataclasses
 
@@ -151,20 +152,18 @@ def _check_support(checkpoint: Path, saved: dict[str, Any], agent: Any) -> None:
     """Refuse a resume whose critics' value support differs from the checkpoint's (``support_settings``).
 
     A task's default support may change between versions (Humanoid's top went from 1,000 to 1,600), so
-    the fix names the checkpoint's values. A saved config this version cannot rebuild (an older
-    trainer's) is not checked.
+    the fix names the checkpoint's values. (A saved support that is invalid is the load's to refuse.)
 
     Raises:
         TrainerAppError: A support setting differs.
     """
-    import dataclasses
-
+    from fastsac_core import FastSACConfig
+    from fastsac_core.exceptions import ConfigError
     from fastsac_trainer.config.exceptions import TrainerAppError
 
-    names = {field.name for field in dataclasses.fields(agent)}
     try:
-        then = dataclasses.replace(agent, **{k: v for k, v in saved.items() if k in names}).support_settings
-    except (TypeError, ValueError):  # fastsac_core's ConfigError is a ValueError
+        then = FastSACConfig.support_settings_of(saved)
+    except ConfigError:
         return
     now = agent.support_settings
     if then != now:
@@ -177,10 +176,13 @@ def _check_support(checkpoint: Path, saved: dict[str, Any], agent: Any) -> None:
 
 
 def _override_value(value: object) -> str:
-    """``value`` as a command line writes it: ``true``, ``1600``, ``0.5``."""
+    """``value`` as a command line writes it and reads back the same: ``true``, ``1600``, ``12.3456789``."""
     if isinstance(value, bool):
         return str(value).lower()
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
 
 
 def _same_iterations(saved: int, per_learner: int, hosts: int, learners: int, *, asynchronous: bool) -> str:

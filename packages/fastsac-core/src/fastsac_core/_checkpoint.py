@@ -35,7 +35,7 @@ from ._agent import FastSACAgent
 from ._inference import InferencePolicy
 from .config import FastSACConfig
 from .env import EnvDims
-from .exceptions import CheckpointError
+from .exceptions import CheckpointError, ConfigError
 
 __all__ = [
     "discard_partial_checkpoints",
@@ -232,6 +232,24 @@ def _check_shapes(where: str, saved: dict[str, Any], current: dict[str, Any]) ->
             )
 
 
+def _check_support(path: str | os.PathLike[str], saved: dict[str, Any], cfg: FastSACConfig) -> None:
+    """Refuse a checkpoint whose critics were trained on another value support than ``cfg``'s.
+
+    The critics keep their atoms in a buffer the checkpoint restores: loaded into an agent of another
+    support they would go on with the checkpoint's while the agent's config says otherwise.
+    """
+    try:
+        then = FastSACConfig.support_settings_of(saved)
+    except ConfigError as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} holds an invalid value support: {exc}") from exc
+    now = cfg.support_settings
+    if then != now:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was trained on the value support {then}, this agent's is {now}; "
+            "build the agent with the checkpoint's"
+        )
+
+
 def load_checkpoint(
     path: str | os.PathLike[str],
     agent: FastSACAgent,
@@ -242,8 +260,9 @@ def load_checkpoint(
     """Restore ``agent`` (and the RNG states) from ``path``; return the checkpoint's ``extra``.
 
     Raises:
-        CheckpointError: The file is missing or corrupt, or its tensors do not fit ``agent``
-            (the message names the tensor and both shapes).
+        CheckpointError: The file is missing or corrupt, its tensors do not fit ``agent`` (the
+            message names the tensor and both shapes), or its critics' value support is not
+            ``agent``'s (``FastSACConfig.support_settings``).
     """
     payload = _read(path, map_location if map_location is not None else agent.device)
     if payload.get("kind", "training") != "training":
@@ -254,6 +273,7 @@ def load_checkpoint(
     saved, current = payload["agent"], agent.state_dict(include_buffer=False)
     for key in ("actor", "qf", "qf_target", "obs_normalizer", "critic_obs_normalizer"):
         _check_shapes(key, saved[key], current[key])
+    _check_support(path, payload["config"], agent.cfg)
     buffer_saved, buffer_now = saved["buffer"], current["buffer"]
     if (buffer_saved["num_envs"], buffer_saved["capacity"]) != (
         buffer_now["num_envs"],

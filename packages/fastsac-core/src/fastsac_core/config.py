@@ -13,11 +13,14 @@ that exists. The one rule that needs the env count, a batch split evenly over ev
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from .exceptions import ConfigError
+
+_SUPPORT_FIELDS = ("reward_normalization", "normalized_v_max", "v_min", "v_max")
+"""The fields :attr:`FastSACConfig.support_settings` reads."""
 
 __all__ = ["FastSACConfig", "batch_choices", "batch_per_env"]
 
@@ -266,6 +269,18 @@ class FastSACConfig:
         if self.reward_normalization:
             return {"reward_normalization": True, "normalized_v_max": self.normalized_v_max}
         return {"reward_normalization": False, "v_min": self.v_min, "v_max": self.v_max}
+
+    @classmethod
+    def support_settings_of(cls, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """:attr:`support_settings` of a saved config (a checkpoint's ``config`` dict).
+
+        Only the support's own fields are read; one the dict lacks (a checkpoint of a trainer that
+        did not have it: reward normalisation came later) takes the default it had then, this class's.
+
+        Raises:
+            ConfigError: The saved support is invalid (its bounds out of order).
+        """
+        return cls(**{key: saved[key] for key in _SUPPORT_FIELDS if key in saved}).support_settings
 
     @property
     def return_bound(self) -> float:
