@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastsac_core import FastSACAgent, ReplayBuffer, load_checkpoint, save_checkpoint
+from fastsac_core import CheckpointError, FastSACAgent, ReplayBuffer, load_checkpoint, save_checkpoint
 from fastsac_core.testing import TINY_SHARED_DIMS, make_agent, run_processes, tiny_config
 
 GAMMA = 0.9
@@ -34,7 +34,8 @@ def _steps(num_envs: int, steps: int, seed: int, reward_scale: float = 1.0) -> l
 
 
 def _agent(num_envs: int = 4, **overrides: object) -> FastSACAgent:
-    cfg = tiny_config(gamma=GAMMA, num_steps=3, reward_normalization=True, normalized_v_max=6.0, **overrides)
+    settings: dict[str, object] = {"reward_normalization": True, "normalized_v_max": 6.0, **overrides}
+    cfg = tiny_config(gamma=GAMMA, num_steps=3, **settings)
     return make_agent(TINY_SHARED_DIMS, cfg, "cpu", num_envs=num_envs)
 
 
@@ -150,9 +151,12 @@ def test_checkpoint_restores_the_scale_and_resets_the_running_returns(tmp_path: 
     assert not resumed.reward_scale.running.any() and agent.reward_scale.running.any()
 
 
-def test_a_checkpoint_without_reward_statistics_loads_with_a_fresh_scale(tmp_path: Path) -> None:
-    """A checkpoint written before reward normalisation existed loads; the scale starts at 1."""
-    agent = _agent()
+def test_a_checkpoint_without_reward_statistics_loads_with_a_fresh_scale_and_its_raw_support(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint written before reward normalisation existed loads without it (scale 1), not with it."""
+    raw = {"reward_normalization": False, "v_min": -5.0, "v_max": 5.0}
+    agent = _agent(**raw)
     for step in _steps(4, 30, seed=9):
         agent.buffer.extend(step)
     agent.update(4)
@@ -162,12 +166,14 @@ def test_a_checkpoint_without_reward_statistics_loads_with_a_fresh_scale(tmp_pat
     for key in ("reward_normalization", "normalized_v_max"):
         del payload["config"][key]
     torch.save(payload, path)
-    resumed = _agent()
-    for step in _steps(4, 5, seed=10):  # a scale in use before the load is forgotten by it
+    resumed = _agent(**raw)
+    for step in _steps(4, 5, seed=10):  # statistics gathered before the load are forgotten by it
         resumed.buffer.extend(step)
     resumed.prepare(resumed.buffer.sample(1))
     load_checkpoint(path, resumed)
     assert float(resumed.reward_scale.scale) == 1.0 and float(resumed.reward_scale.returns.count) == 0.0
+    with pytest.raises(CheckpointError, match="was trained on the value support"):  # raw atoms
+        load_checkpoint(path, _agent())
 
 
 def test_support_is_fixed_by_normalized_v_max_and_off_means_scale_one() -> None:

@@ -157,8 +157,7 @@ def _check_support(checkpoint: Path, saved: dict[str, Any], agent: Any) -> None:
     Raises:
         TrainerAppError: A support setting differs.
     """
-    from fastsac_core import FastSACConfig
-    from fastsac_core.exceptions import ConfigError
+    from fastsac_core import ConfigError, FastSACConfig
     from fastsac_trainer.config.exceptions import TrainerAppError
 
     try:

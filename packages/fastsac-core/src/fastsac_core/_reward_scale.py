@@ -26,7 +26,8 @@
 #
 # A checkpoint holds the statistics and the peak (``state_dict``); the per-env returns are not kept:
 # a resumed run starts new episodes. A checkpoint written before reward normalisation existed has
-# none, and the scale starts afresh.
+# none, and the scale starts afresh; it was trained without normalisation, so it loads only into an
+# agent without it (``load_checkpoint`` refuses another value support: its critics' atoms are raw).
 """
 
 from __future__ import annotations
