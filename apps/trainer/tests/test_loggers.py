@@ -199,7 +199,12 @@ def _last_event_step(run_dir: Path) -> int:
         return -1
     events = EventAccumulator(str(run_dir))
     events.Reload()
-    return max((e.step for e in events.Scalars(ITERATION)), default=-1) if events.Tags()["scalars"] else -1
+    # A point's scalars are written one by one: the file may already hold others, not yet this one.
+    return (
+        max((e.step for e in events.Scalars(ITERATION)), default=-1)
+        if ITERATION in events.Tags()["scalars"]
+        else -1
+    )
 
 
 def _checkpoint_iteration(run_dir: Path) -> int:
