@@ -23,7 +23,7 @@ import torch
 from _harness import add_output_args, machine, report
 
 from fastsac_core import InferencePolicy
-from fastsac_trainer.tasks import MujocoEnvFactory, get_task, probe_dims
+from fastsac_trainer.tasks import TaskError, get_task, probe_dims
 
 
 def _ms_per_call(policy: InferencePolicy, obs: torch.Tensor, calls: int, warmup: int) -> float:
@@ -48,12 +48,14 @@ def main() -> None:
     add_output_args(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    task = get_task(args.task)
-    if task.env_id is None:
-        parser.error(f"--task {args.task} has no gymnasium env; name a built-in task such as humanoid")
+    try:
+        task = get_task(args.task)
+        factory = task.env_factory()
+    except TaskError as exc:
+        parser.error(str(exc))
     devices = args.devices or ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
     print(machine(f"torch threads {torch.get_num_threads()}"))
-    dims = probe_dims(MujocoEnvFactory(env_id=task.env_id))  # as a launch reads them
+    dims = probe_dims(factory)  # as a launch reads them
     cfg = task.agent_config()
     rows = []
     for device in devices:
