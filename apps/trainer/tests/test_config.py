@@ -8,13 +8,16 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from fastsac_trainer.config import placement as placement_module
+from fastsac_trainer.config import resolve as resolve_module
 from fastsac_trainer.config.compose import compose_config, explicit_keys, merge_overrides
 from fastsac_trainer.config.exceptions import ConfigError, TrainerAppError
-from fastsac_trainer.config.placement import resolve_placement
+from fastsac_trainer.config.placement import describe_placement, resolve_placement
 from fastsac_trainer.config.resolve import CPU_PROFILE, apply_cpu_profile, resolve_device, resolve_run
 from fastsac_trainer.config.store import task_node
 from fastsac_trainer.config.validate import validate_config
 from fastsac_trainer.tasks import TASKS
+from numa_bind import GpuLocality, HostLayout, NumaNode
 
 OPTS = "algo.trainer.async_options"
 
@@ -199,6 +202,48 @@ def test_cuda_inference_for_cpu_learners_is_worded_with_the_key_path() -> None:
         f"{OPTS}.collector_inference_device='cuda' is invalid: it means the owner learner's GPU, "
         "but the learners run on cpu; use 'cpu', 'auto' or an explicit 'cuda:N'"
     )
+
+
+@pytest.fixture
+def gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app sees the GPU host's shape (16 CPUs on one node, one GPU, no CPU quota) instead of this one."""
+    gpu = GpuLocality(cuda_index=0, pci_bus_id=None, numa_node=0, local_cpus=None, source="nvml")
+    node = NumaNode(id=0, cpus=tuple(range(16)), memory_bytes=1 << 37)
+    host = HostLayout(nodes=(node,), allowed_cpus=node.cpus, gpus=(gpu,))
+    for module in (resolve_module, placement_module):
+        monkeypatch.setattr(module, "host_layout", lambda with_gpus: host)
+    monkeypatch.setattr(resolve_module, "host_quota", lambda: None)
+
+
+@pytest.mark.usefixtures("gpu_host")
+@pytest.mark.parametrize("name", list(TASKS))
+def test_every_task_infers_on_its_collectors_cpus_on_the_gpu_host(name: str) -> None:
+    """On a 16-CPU host with one GPU every task's default plan has its collectors (14) infer on their CPUs."""
+    run = resolve_run(_cfg(f"task={name}"), explicit=frozenset({"task"}), cuda_count=1)
+    plan = resolve_placement(run, run.dims, cuda_count=1)
+    assert run.device == "cuda:0" and len(plan.collectors) == min(14, run.num_envs)
+    assert {(c.inference_device, c.transition_transport, c.weight_transport) for c in plan.collectors} == {
+        ("cpu", "host", "host")
+    }
+    assert plan.notes[0].startswith("collector_inference_device='auto': the collectors infer on their CPUs")
+    assert "collector_compile" not in describe_placement(run, plan)
+
+
+@pytest.mark.usefixtures("gpu_host")
+def test_a_collector_compile_with_collectors_on_their_cpus_is_noted() -> None:
+    """collector_compile=true where 'auto' puts the policy on the CPUs: the placement says it does nothing."""
+    cfg = _cfg("task=hopper", f"{OPTS}.collector_compile=true")
+    run = resolve_run(cfg, explicit=frozenset({"task", f"{OPTS}.collector_compile"}), cuda_count=1)
+    text = describe_placement(run, resolve_placement(run, run.dims, cuda_count=1))
+    assert text.endswith(
+        "note: algo.trainer.async_options.collector_compile=true compiles only a policy on CUDA, and these "
+        "collectors infer on their CPUs; set collector_inference_device=cuda to compile it"
+    ), text
+    cfg = _cfg("task=hopper", f"{OPTS}.collector_compile=true", f"{OPTS}.collector_inference_device=cuda")
+    run = resolve_run(cfg, explicit=frozenset({"task"}), cuda_count=1)
+    plan = resolve_placement(run, run.dims, cuda_count=1)
+    assert {c.inference_device for c in plan.collectors} == {"cuda:0"}
+    assert "collector_compile" not in describe_placement(run, plan)
 
 
 def test_collectors_that_do_not_fit_the_cpus_are_worded_with_the_key_path() -> None:

@@ -21,7 +21,9 @@ from fastsac_core import save_checkpoint
 from fastsac_core.testing import make_agent
 from fastsac_trainer.cli import main
 from fastsac_trainer.commands import COMMANDS, command_help
+from fastsac_trainer.config.exceptions import ConfigError
 from fastsac_trainer.tasks import get_task, probe_dims
+from fastsac_trainer.training import PRELOAD_DYNAMO_ENV
 
 DICT_ENV = '''
 """Registers DictObs-v0: Box actions, but a Dict of observations (what the trainer cannot learn)."""
@@ -349,10 +351,7 @@ def report(queue):
     ))
 
 if __name__ == "__main__":
-    import fastsac_trainer.training as training
     from fastsac_trainer.training import end_start, start_workers_first
-    if sys.argv[1:] == ["as-if-gpu"]:  # the rule's answer on a GPU host, on any host
-        training.gpu_visible = lambda: True
     server = start_workers_first()
     worker = None
     try:
@@ -373,14 +372,14 @@ if __name__ == "__main__":
 """
 
 
-def _probe_preloaded(tmp_path: Path, gl: str | None, *, as_if_gpu: bool = False) -> list[str]:
-    """The last lines of ``_PRELOADED_PROBE`` run with ``MUJOCO_GL=gl`` (None: unset)."""
+def _probe_preloaded(tmp_path: Path, gl: str | None, *, dynamo: str = "") -> list[str]:
+    """The last lines of ``_PRELOADED_PROBE`` with ``MUJOCO_GL=gl`` (None: unset) and the dynamo variable."""
     script = tmp_path / "probe.py"
     script.write_text(_PRELOADED_PROBE)
-    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    skip = ("MUJOCO_GL", "PYOPENGL_PLATFORM", PRELOAD_DYNAMO_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in skip} | {PRELOAD_DYNAMO_ENV: dynamo}
     result = subprocess.run(
-        [sys.executable, str(script), *(["as-if-gpu"] if as_if_gpu else [])],
-        env=env if gl is None else dict(env, MUJOCO_GL=gl),
+        [sys.executable, str(script)], env=env if gl is None else dict(env, MUJOCO_GL=gl),
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -388,17 +387,35 @@ def _probe_preloaded(tmp_path: Path, gl: str | None, *, as_if_gpu: bool = False)
 
 
 @pytest.mark.parametrize(
-    ("gl", "as_if_gpu", "preloaded"), [(None, False, True), ("egl", False, False), (None, True, True)]
+    ("gl", "asked", "preloaded"), [(None, "", True), ("egl", "", False), (None, "0", True)]
 )
 def test_a_forked_worker_finds_the_tasks_imported_by_its_server(
-    tmp_path: Path, gl: str | None, as_if_gpu: bool, preloaded: bool
+    tmp_path: Path, gl: str | None, asked: str, preloaded: bool
 ) -> None:
-    """The trainer's server imports torch and the tasks, no GL unless MUJOCO_GL asks, dynamo without GPU."""
+    """The trainer's server imports torch and the tasks, no GL unless MUJOCO_GL asks, dynamo by the rule."""
     from fastsac_trainer.training import gpu_visible
 
-    dynamo = not (as_if_gpu or gpu_visible())
+    dynamo = asked == "1" if asked else not gpu_visible()  # "0": a GPU host's answer, on any host
     expected = ["exit code: 0", "GL loaded: []", f"torch and dynamo: {dynamo}", f"preloaded: {preloaded}"]
-    assert _probe_preloaded(tmp_path, gl, as_if_gpu=as_if_gpu) == expected
+    assert _probe_preloaded(tmp_path, gl, dynamo=asked) == expected
+
+
+def test_the_dynamo_preload_follows_the_gpu_unless_the_variable_says(tmp_path: Path) -> None:
+    """FASTSAC_PRELOAD_DYNAMO=1/0 decides the server's dynamo import; unset, a visible GPU; else one error."""
+    from fastsac_trainer.training import server_preloads_dynamo
+
+    gpu, none = tmp_path / "gpu", tmp_path / "none"
+    gpu.mkdir(), none.mkdir()
+    (gpu / "nvidia0").touch()
+    assert not server_preloads_dynamo({}, gpu) and server_preloads_dynamo({PRELOAD_DYNAMO_ENV: ""}, none)
+    assert server_preloads_dynamo({PRELOAD_DYNAMO_ENV: "1"}, gpu)
+    assert not server_preloads_dynamo({PRELOAD_DYNAMO_ENV: "0"}, none)
+    with pytest.raises(ConfigError) as info:
+        server_preloads_dynamo({PRELOAD_DYNAMO_ENV: "yes"}, gpu)
+    assert str(info.value) == (
+        "FASTSAC_PRELOAD_DYNAMO='yes' is invalid: unset it, or use 1 (the fork server imports dynamo) "
+        "or 0 (each learner imports it)"
+    )
 
 
 @pytest.mark.gpu

@@ -84,6 +84,21 @@ def test_a_run_compiling_in_the_background_ends_before_its_switch_and_its_resume
     assert "compiled switch" in resumed and _iteration(run_dir) > 4, resumed
 
 
+def test_the_default_async_path_on_cuda_has_its_collectors_infer_on_their_cpus(tmp_path: Path) -> None:
+    """Under 'auto' a CUDA learner's small policy runs on its collectors' CPUs (host rings); it trains."""
+    out = _run([*TINY, "algo.trainer.asynchronous=true", "algo.trainer.async_options.num_collectors=2",
+                "algo.trainer.num_learning_iterations=6", "run_name=d"], tmp_path)  # fmt: skip
+    rows = re.findall(r"^(\d+) +\d+-\d+ +0 +(\S+) +\S+ +\S+ +(\S+) +(\S+)$", out, re.MULTILINE)
+    assert rows == [("0", "cpu", "host", "host"), ("1", "cpu", "host", "host")], out
+    assert "collector_inference_device='auto': the collectors infer on their CPUs (2 envs each" in out, out
+    assert re.search(r"^0 +cuda:0 ", out, re.MULTILINE), out  # the learner's row: it learns on the GPU
+    run_dir = tmp_path / "runs" / "d"
+    for name in ("collector0", "collector1"):
+        log = RunLayout(run_dir).log(name).read_text()
+        assert "policy on cpu built and warmed up" in log and "Traceback" not in log, log
+    assert _iteration(run_dir) == 6
+
+
 @pytest.mark.parametrize(
     "mode",
     [

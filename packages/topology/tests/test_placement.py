@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastsac_topology import TrainerTopology
+from fastsac_topology import CPU_POLICY_MAX_ENV_BYTES, TrainerTopology, policy_fits_a_core
 
 Resolve = Callable[..., TrainerTopology]
 Host = Callable[..., Any]
@@ -166,15 +166,17 @@ def test_learner_devices_expand_from_trainer_device(resolve: Resolve) -> None:
 
 
 def test_inference_device_choices(resolve: Resolve) -> None:
-    """'auto' and 'cuda' follow the owner's device; 'cuda:N' and 'cpu' are taken as given."""
+    """'auto' and 'cuda' follow the owner's device (a large policy call); 'cuda:N' and 'cpu' are as given."""
     common = {
         "learner_devices": ["cuda:0", "cuda:1"],
         "num_cuda_devices": 2,
         "num_learners": 2,
         "num_collectors": 4,
+        "actor_param_bytes": CPU_POLICY_MAX_ENV_BYTES,  # 16 envs each: 16 times the bound
     }
     auto = resolve(collector_inference_device="auto", **common)
     assert [c.inference_device for c in auto.collectors] == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert not any("collector_inference_device" in note for note in auto.notes)
     cuda = resolve(collector_inference_device="cuda", **common)
     assert [c.inference_device for c in cuda.collectors] == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
     fixed = resolve(collector_inference_device="cuda:1", **common)
@@ -183,6 +185,35 @@ def test_inference_device_choices(resolve: Resolve) -> None:
     assert {c.inference_device for c in cpu.collectors} == {"cpu"}
     on_cpu = resolve(num_collectors=2)
     assert {c.inference_device for c in on_cpu.collectors} == {"cpu"}
+    assert not any("collector_inference_device" in note for note in on_cpu.notes)
+
+
+def test_auto_puts_a_small_policy_call_on_the_collectors_cpu(resolve: Resolve) -> None:
+    """'auto' with GPU learners: CPU inference up to the bound (with a note saying so), the GPU past it."""
+    gpu = {"trainer_device": "cuda", "num_cuda_devices": 1, "num_collectors": 4, "num_envs": 64}
+    at = resolve(**gpu, actor_param_bytes=CPU_POLICY_MAX_ENV_BYTES // 16)  # 16 envs each: at the bound
+    assert {c.inference_device for c in at.collectors} == {"cpu"}
+    assert {(c.transition_transport, c.weight_transport) for c in at.collectors} == {("host", "host")}
+    assert (
+        "collector_inference_device='auto': the collectors infer on their CPUs (16 envs each: one core's "
+        "policy call is quicker than a GPU they all share); 'cuda' puts them on the GPU"
+    ) in at.notes
+    past = resolve(**gpu, actor_param_bytes=CPU_POLICY_MAX_ENV_BYTES // 16 + 1)
+    assert {c.inference_device for c in past.collectors} == {"cuda:0"}
+    assert {c.transition_transport for c in past.collectors} == {"cuda_ipc"}
+    assert policy_fits_a_core(16, CPU_POLICY_MAX_ENV_BYTES // 16)
+    assert not policy_fits_a_core(16, CPU_POLICY_MAX_ENV_BYTES // 16 + 1)
+    assert policy_fits_a_core(64, 1_396_360), "Humanoid's actor, 64 envs: the bound's own example"
+
+
+def test_auto_keeps_collectors_on_the_gpu_when_ipc_is_asked_for(resolve: Resolve) -> None:
+    """A CUDA-IPC transport set to 'on' needs collectors on the GPU: 'auto' leaves them there."""
+    gpu = {"trainer_device": "cuda", "num_cuda_devices": 1, "num_collectors": 2, "actor_param_bytes": 10}
+    for asked in ({"transition_ipc": "on"}, {"weight_ipc": "on"}):
+        plan = resolve(**gpu, **asked)
+        assert {c.inference_device for c in plan.collectors} == {"cuda:0"}, asked
+        assert {c.transition_transport for c in plan.collectors} == {"cuda_ipc"}, asked
+    assert {c.inference_device for c in resolve(**gpu, transition_ipc="off").collectors} == {"cpu"}
 
 
 def test_shards_and_owners(resolve: Resolve) -> None:

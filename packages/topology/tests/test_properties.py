@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastsac_topology import TopologyError, TrainerTopology, resolve_trainer_topology
+from fastsac_topology import (
+    CPU_POLICY_MAX_ENV_BYTES,
+    TopologyError,
+    TrainerTopology,
+    resolve_trainer_topology,
+)
 from numa_bind import GpuLocality, HostLayout, NumaNode
 
 
@@ -73,9 +78,25 @@ def valid_requests(draw: st.DrawFn) -> dict[str, Any]:
         "transition_ipc": draw(st.sampled_from(["auto", "on", "off"])),
         "weight_ipc": draw(st.sampled_from(["auto", "on", "off"])),
         "weight_ipc_min_bytes": draw(st.integers(0, 2000)),
-        "actor_param_bytes": draw(st.integers(0, 2000)),
+        "actor_param_bytes": draw(actor_bytes()),
         "host": host,
     }
+
+
+def actor_bytes() -> st.SearchStrategy[int]:
+    """Small actors, and actors whose policy call (1-8 envs each) lies about the CPU bound of 'auto'."""
+    edge = CPU_POLICY_MAX_ENV_BYTES
+    return st.one_of(st.integers(0, 2000), st.integers(edge // 8 - 3, edge + 3))
+
+
+def _expected_inference(request: dict[str, Any], owner_device: str, width: int) -> str:
+    """Where a collector infers, computed independently of the resolver."""
+    spec = request["collector_inference_device"]
+    if spec == "auto":
+        ipc_on = "on" in (request["transition_ipc"], request["weight_ipc"])
+        small = width * request["actor_param_bytes"] <= CPU_POLICY_MAX_ENV_BYTES
+        return "cpu" if small and not ipc_on else owner_device
+    return owner_device if spec == "cuda" else spec
 
 
 def _expected_node(host: HostLayout, device: str) -> int | None:
@@ -99,6 +120,12 @@ def _check_invariants(plan: TrainerTopology, request: dict[str, Any]) -> None:
     for collector in plan.collectors:
         assert collector.owner_rank == collector.index // per_rank
         assert collector.numa_node == plan.learners[collector.owner_rank].numa_node
+        owner = plan.learners[collector.owner_rank].device
+        assert collector.inference_device == _expected_inference(request, owner, width)
+    on_cpus = any(c.inference_device == "cpu" for c in plan.collectors)
+    auto_note = any(note.startswith("collector_inference_device='auto'") for note in plan.notes)
+    gpu_learners = any(lr.device != "cpu" for lr in plan.learners)
+    assert auto_note == (request["collector_inference_device"] == "auto" and gpu_learners and on_cpus)
     for learner in plan.learners:
         assert learner.numa_node == _expected_node(host, learner.device)
     allowed = set(host.allowed_cpus)

@@ -14,6 +14,7 @@ GPU2 = {
     "num_cuda_devices": 2,
     "num_learners": 2,
     "num_collectors": 4,
+    "collector_inference_device": "cuda",
 }
 
 
@@ -47,7 +48,7 @@ def test_off_is_host(resolve: Resolve) -> None:
 
 def test_other_gpu_inference_is_host_per_rank(resolve: Resolve) -> None:
     """Collectors inferring on cuda:1 give rank 1 IPC and rank 0 host; 'on' says why rank 0 fell back."""
-    plan = resolve(**GPU2, collector_inference_device="cuda:1", transition_ipc="on", weight_ipc="on")
+    plan = resolve(**(GPU2 | {"collector_inference_device": "cuda:1"}), transition_ipc="on", weight_ipc="on")
     assert _per_rank(plan) == [("host", "host"), ("cuda_ipc", "cuda_ipc")]
     assert (
         "transition_ipc='on' but rank 0's collector(s) 0 (cuda:1), 1 (cuda:1) do not infer on its cuda:0: "

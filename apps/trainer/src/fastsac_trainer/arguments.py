@@ -52,6 +52,7 @@ important options:
   algo.trainer.async_options.utd_mode=strict|learner_bound
   algo.trainer.async_options.ingest=ragged|generations
   algo.trainer.async_options.collector_inference_device=auto|cpu|cuda[:N]
+                                                   auto: a small policy on the collectors' CPUs
   algo.trainer.async_options.transition_ipc=auto|on|off / weight_ipc=auto|on|off
   algo.agent.KEY=VALUE                             FastSAC hyper-parameters (batch_size, num_updates, ...)
   task.num_envs=N  seed=N  run_name=NAME  runs_root=DIR  console=auto|rich|plain

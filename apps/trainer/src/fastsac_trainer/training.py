@@ -29,7 +29,16 @@ if TYPE_CHECKING:
     from fastsac_trainer.cluster import Cluster
     from fastsac_trainer.parent_log import ParentLog
 
-__all__ = ["RunOutcome", "end_start", "gpu_visible", "start_workers_first", "train_run", "train_seeds"]
+__all__ = [
+    "PRELOAD_DYNAMO_ENV",
+    "RunOutcome",
+    "end_start",
+    "gpu_visible",
+    "server_preloads_dynamo",
+    "start_workers_first",
+    "train_run",
+    "train_seeds",
+]
 
 
 @dataclass
@@ -144,7 +153,33 @@ def start_workers_first() -> PrestartedWorkers:
     # in the server, instead of in each worker after its fork; unless MuJoCo's import would load an
     # OpenGL library there (MUJOCO_GL=egl, say), which no process should hold before it forks.
     tasks = ("fastsac_trainer.tasks._factory",) if mujoco_import_is_fork_safe() else ()
-    return prestart_workers(preload=tasks, preload_learner=not gpu_visible())
+    return prestart_workers(preload=tasks, preload_learner=server_preloads_dynamo())
+
+
+PRELOAD_DYNAMO_ENV = "FASTSAC_PRELOAD_DYNAMO"
+"""Set to 1 or 0, it decides :func:`server_preloads_dynamo` (start-up comparisons:
+``benchmarks/start_up_ab.sh``)."""
+
+
+def server_preloads_dynamo(environ: Mapping[str, str] | None = None, devices: Path = Path("/dev")) -> bool:
+    """Whether the trainer's fork server imports ``torch._dynamo`` for its learners (``LEARNER_PRELOAD``).
+
+    ``FASTSAC_PRELOAD_DYNAMO=1`` or ``0`` decides; unset or empty, the server imports it exactly when no
+    GPU is visible (:func:`gpu_visible`).
+
+    Raises:
+        ConfigError: Any other value of ``FASTSAC_PRELOAD_DYNAMO``.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(PRELOAD_DYNAMO_ENV, "")
+    if value == "":
+        return not gpu_visible(env, devices)
+    if value not in ("0", "1"):
+        from fastsac_trainer.config.exceptions import ConfigError
+
+        fix = "unset it, or use 1 (the fork server imports dynamo) or 0 (each learner imports it)"
+        raise ConfigError(PRELOAD_DYNAMO_ENV, value, fix)
+    return value == "1"
 
 
 def gpu_visible(environ: Mapping[str, str] | None = None, devices: Path = Path("/dev")) -> bool:
@@ -155,10 +190,12 @@ def gpu_visible(environ: Mapping[str, str] | None = None, devices: Path = Path("
     names no device, so an empty one, ``-1`` or Slurm's ``NoDevFiles`` first hides every GPU. (An
     index beyond the host's GPUs still counts as one: this only chooses what the fork server imports.)
 
-    With a GPU the default run's collectors act on it and each spends seconds on its CUDA context, time
-    in which the learner imports dynamo itself: the fork server then leaves it out, and the first fork
-    comes sooner (``fastsac_async.parent.fork_server.LEARNER_PRELOAD``). Without one the collectors are
-    ready at once and the learner would be the last: the server imports dynamo, as before.
+    With a GPU the fork server leaves dynamo out (:func:`server_preloads_dynamo`), so that no fork waits
+    for its import: the learner imports it on CPUs of its own while its collectors build their envs and
+    policies (``fastsac_async.parent.fork_server.LEARNER_PRELOAD``; measured on an h100 with collectors
+    that infer on the GPU, each making a CUDA context, wiki/decisions.md). Without one the collectors are
+    ready at once beside a learner that shares their cores, and the learner would be the last: the
+    server imports dynamo, as before.
     """
     env = os.environ if environ is None else environ
     visible = env.get("CUDA_VISIBLE_DEVICES")

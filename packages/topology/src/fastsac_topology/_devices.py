@@ -12,7 +12,30 @@ from collections.abc import Sequence
 
 from fastsac_topology.exceptions import TopologyError
 
-__all__ = ["check_learner_devices", "cuda_index", "expand_learner_devices", "inference_device"]
+__all__ = [
+    "CPU_POLICY_MAX_ENV_BYTES",
+    "check_learner_devices",
+    "cuda_index",
+    "expand_learner_devices",
+    "inference_device",
+    "policy_fits_a_core",
+]
+
+CPU_POLICY_MAX_ENV_BYTES = 64 * 1_396_360
+"""The largest policy call that ``collector_inference_device=auto`` leaves on a collector's own CPU:
+envs per collector times the actor's float32 parameter bytes (a forward pass costs about as much per
+env as per parameter), here 64 envs of Humanoid's actor (1,396,360 bytes).
+
+Measured on an h100 host, Humanoid's actor on one core against the GPU, alone on the machine
+(``benchmarks/collector_policy.py``, wiki/benchmarks.md): the CPU's call is 0.53, 0.65, 0.99, 1.59 ms
+for 16, 32, 64, 128 envs, the GPU's a flat 0.92-1.06 ms; in a run, where 14 collectors share the GPU,
+its call took 2.4-2.65 ms at 32 envs against 1.03 ms on the collector's core. Up to 64 envs the core
+is level with the GPU alone and ahead of a shared one; beyond, the GPU's flat cost wins."""
+
+
+def policy_fits_a_core(envs_per_collector: int, actor_param_bytes: int) -> bool:
+    """Whether a collector's policy call is small enough for its own CPU: :data:`CPU_POLICY_MAX_ENV_BYTES`."""
+    return envs_per_collector * actor_param_bytes <= CPU_POLICY_MAX_ENV_BYTES
 
 
 def cuda_index(device: str) -> int | None:
@@ -114,11 +137,21 @@ def expand_learner_devices(
     return tuple(f"cuda:{start + rank}" for rank in range(num_learners))
 
 
-def inference_device(spec: str, owner_device: str, num_cuda_devices: int) -> str:
+def inference_device(
+    spec: str,
+    owner_device: str,
+    num_cuda_devices: int,
+    *,
+    envs_per_collector: int,
+    actor_param_bytes: int,
+    ipc_requested: bool,
+) -> str:
     """Where a collector owned by a learner on ``owner_device`` runs its policy.
 
-    ``"auto"`` is the owner's device; ``"cuda"`` is the owner's GPU; ``"cuda:N"`` and ``"cpu"`` are
-    taken as given.
+    ``"auto"`` is the collector's CPU when its owner learns on a GPU but the call is small
+    (:func:`policy_fits_a_core`: one core is faster than a GPU every collector shares) and no CUDA-IPC
+    transport was asked for (``ipc_requested``: ``"on"``, which needs collectors on the GPU); otherwise
+    the owner's device. ``"cuda"`` is the owner's GPU; ``"cuda:N"`` and ``"cpu"`` are taken as given.
 
     Raises:
         TopologyError: ``"cuda"`` with a CPU owner or without CUDA, or a malformed/missing device;
@@ -127,7 +160,8 @@ def inference_device(spec: str, owner_device: str, num_cuda_devices: int) -> str
     setting = "collector_inference_device"
     text = spec.strip().lower()
     if text == "auto":
-        return owner_device
+        on_core = not ipc_requested and policy_fits_a_core(envs_per_collector, actor_param_bytes)
+        return "cpu" if on_core else owner_device
     if text == "cuda":
         if num_cuda_devices == 0:
             raise TopologyError.of_setting(setting, spec, "this host has no CUDA device; use 'cpu' or 'auto'")

@@ -79,14 +79,16 @@ def resolve_trainer_topology(
         trainer_device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (the caller resolves ``"auto"``).
         learner_devices: One device per rank, or None to expand from ``trainer_device``.
         num_cuda_devices: CUDA devices visible to the trainer.
-        collector_inference_device: ``"auto"`` (owner's device), ``"cuda"`` (owner's GPU),
+        collector_inference_device: ``"auto"`` (the collector's CPU for a small policy call, else the
+            owner's device: ``fastsac_topology._devices.inference_device``), ``"cuda"`` (owner's GPU),
             ``"cuda:N"`` or ``"cpu"``.
         cpus_per_collector: CPUs pinned per collector, or None (see Note [CPU placement]).
         cpus_per_learner: CPUs pinned per learner when learners are pinned.
         transition_ipc: ``"auto"``, ``"on"`` or ``"off"`` for the CUDA-IPC transition ring.
         weight_ipc: ``"auto"``, ``"on"`` or ``"off"`` for the CUDA-IPC weight channel.
         weight_ipc_min_bytes: Smallest actor for which ``"auto"`` picks weight IPC.
-        actor_param_bytes: The actor's parameter bytes.
+        actor_param_bytes: The actor's float32 parameter bytes (the weight-IPC gate; with the envs per
+            collector, the size of a policy call for ``"auto"``).
         host: The host layout.
 
     Returns:
@@ -115,8 +117,17 @@ def resolve_trainer_topology(
     )
     per_rank = num_collectors // num_learners
     owners = [index // per_rank for index in range(num_collectors)]
+    width = num_envs // num_collectors
     inference = [
-        inference_device(collector_inference_device, devices[owner], num_cuda_devices) for owner in owners
+        inference_device(
+            collector_inference_device,
+            devices[owner],
+            num_cuda_devices,
+            envs_per_collector=width,
+            actor_param_bytes=actor_param_bytes,
+            ipc_requested="on" in (transition_ipc, weight_ipc),
+        )
+        for owner in owners
     ]
     cpus = place_cpus(
         host=host,
@@ -134,7 +145,6 @@ def resolve_trainer_topology(
         weight_ipc_min_bytes=weight_ipc_min_bytes,
         actor_param_bytes=actor_param_bytes,
     )
-    width = num_envs // num_collectors
     return TrainerTopology(
         learners=tuple(
             LearnerPlacement(
@@ -156,5 +166,20 @@ def resolve_trainer_topology(
             )
             for index, owner in enumerate(owners)
         ),
-        notes=(*cpus.notes, *transport_notes),
+        notes=(
+            *_inference_notes(collector_inference_device, devices, inference, width),
+            *cpus.notes,
+            *transport_notes,
+        ),
     )
+
+
+def _inference_notes(spec: str, devices: Sequence[str], inference: Sequence[str], width: int) -> list[str]:
+    """One note when ``auto`` put the collectors of GPU learners on their CPUs: a choice to show."""
+    if spec.strip().lower() != "auto" or all(device == "cpu" for device in devices) or "cpu" not in inference:
+        return []
+    envs = f"{width} env{'s' * (width != 1)} each"
+    return [
+        f"collector_inference_device='auto': the collectors infer on their CPUs ({envs}: one core's policy "
+        "call is quicker than a GPU they all share); 'cuda' puts them on the GPU"
+    ]

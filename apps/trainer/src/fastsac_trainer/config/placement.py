@@ -97,8 +97,17 @@ def resolve_placement(run: PlacedRun, dims: EnvDims, cuda_count: int) -> Trainer
 
 
 def describe_placement(run: PlacedRun, topology: TrainerTopology | None) -> str:
-    """The resolved topology as a table (async), or the one-process summary (sync)."""
+    """The resolved topology as a table (async), or the one-process summary (sync).
+
+    A collector policy compile asked for where collectors infer on their CPUs (``auto`` puts a small
+    policy call there) compiles nothing: one more note says so.
+    """
     if topology is None:
         return f"synchronous trainer: one process, {run.num_envs} envs, device {run.device}"
     rendered: str = topology.render()
+    if run.async_options.collector_compile and any(c.inference_device == "cpu" for c in topology.collectors):
+        rendered += (
+            "\nnote: algo.trainer.async_options.collector_compile=true compiles only a policy on CUDA, and "
+            "these collectors infer on their CPUs; set collector_inference_device=cuda to compile it"
+        )
     return rendered
