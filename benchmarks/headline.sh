@@ -4,8 +4,9 @@
 # (GPU 0, CPUs 0-15) beside the synchronous trainer (GPU 1, CPUs 16-31), Humanoid-v5, 500 s of training
 # each, then return-vs-wall-clock tables. The headline itself runs on the 1-GPU host: newcomer.sh.
 # On the device machine: source .devrun/env.sh && bash benchmarks/headline.sh   (figures: wiki/benchmarks.md)
-# ASYNC_EXTRA adds overrides to the async run only, e.g. to compare collector inference on the CPU:
-#   ASYNC_EXTRA="algo.trainer.async_options.collector_inference_device=cpu" bash benchmarks/headline.sh
+# ASYNC_EXTRA adds overrides to the async run only, e.g. to compare collector inference on the GPU
+# (the default, auto, puts Humanoid's on the collectors' CPUs):
+#   ASYNC_EXTRA="algo.trainer.async_options.collector_inference_device=cuda" bash benchmarks/headline.sh
 # SECOND_EXTRA set (even empty) makes the second run asynchronous too, with those overrides, in place of
 # the synchronous one: two asynchronous variants side by side. TIME_LIMIT (s, default 500) shortens both.
 # FASTSAC_PROFILE_LEARNER=50 (exported) profiles 50 loop iterations of each learner inside the run.

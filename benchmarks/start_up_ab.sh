@@ -1,39 +1,55 @@
 #!/usr/bin/env bash
 # Start-up A/B (issue 28): short launches of the README's command (Humanoid), configurations
-# alternated round by round on one machine with one warm compile cache, then the start-up figures of
-# each launch (the run's own closing line: workers started, workers running, first update, seconds
-# after launch) and the median per configuration. The first launch only warms the cache.
-# On the device machine (4 configurations x 3 rounds at 20 s: about 8 minutes):
+# alternated round by round (their order reversed every other round) on one machine with one compile
+# cache, warmed first by a longer launch, then the start-up figures of each launch (the run's own
+# closing line: workers started, workers running, first update, seconds after launch) and the median
+# per configuration.
+# On the device machine (4 configurations x 3 rounds at 20 s after a 90 s warm-up: about 9 minutes):
 #   source .devrun/env.sh && bash benchmarks/start_up_ab.sh def= \
 #     preload=FASTSAC_PRELOAD_DYNAMO=1 \
 #     gpuinf=algo.trainer.async_options.collector_inference_device=cuda \
 #     gpuinf_preload="algo.trainer.async_options.collector_inference_device=cuda FASTSAC_PRELOAD_DYNAMO=1"
 # A configuration is NAME=WORDS: a word NAME=VALUE whose name is in capitals (FASTSAC_PRELOAD_DYNAMO=1)
 # is an environment variable of the launch, any other word a trainer override. ROUNDS (3),
-# TIME_LIMIT (s, 20), OUT (/tmp/start_up_ab).
+# TIME_LIMIT (s, 20), WARM_TIME_LIMIT (s, 90: long enough for the compiled switch to fill the cache),
+# OUT (/tmp/start_up_ab: a folder this script made, or a new one).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/start_up_ab}
+set -f  # the words of a configuration are split on spaces, never expanded as file patterns
 (( $# > 0 )) || { echo "usage: $0 NAME=WORDS [NAME=WORDS ...] (see the script's head)" >&2; exit 2; }
+declare -A seen=()
 for config in "$@"; do
-  [[ $config == *=* && -n ${config%%=*} ]] || { echo "not NAME=WORDS: '$config'" >&2; exit 2; }
+  name=${config%%=*}
+  [[ $config == *=* && $name =~ ^[A-Za-z0-9_.+-]+$ ]] || { echo "not NAME=WORDS: '$config'" >&2; exit 2; }
+  [[ -z ${seen[$name]:-} ]] || { echo "configuration '$name' is given twice" >&2; exit 2; }
+  seen[$name]=1
 done
-rm -rf "$out" && mkdir -p "$out"
-unset TORCHINDUCTOR_CACHE_DIR  # it would take precedence over FASTSAC_COMPILE_CACHE
+if [[ -e $out && ! -e $out/.start_up_ab ]]; then
+  echo "OUT=$out exists and was not made by this script: choose another folder" >&2; exit 2
+fi
+rm -rf "$out" && mkdir -p "$out" && touch "$out/.start_up_ab"
+# What the configurations set is theirs alone: the caller's own values would reach every launch.
+unset TORCHINDUCTOR_CACHE_DIR FASTSAC_PRELOAD_DYNAMO  # the first would take precedence over FASTSAC_COMPILE_CACHE
 export FASTSAC_COMPILE_CACHE=$out/cache
-launch() {  # tag, words...
-  local tag=$1 envs=() overrides=() word; shift
+launch() {  # seconds, tag, words...
+  local limit=$1 tag=$2 envs=() overrides=() word; shift 2
   for word in "$@"; do
     if [[ $word =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$word"); else overrides+=("$word"); fi
   done
-  env "${envs[@]}" python3 "$root/apps/trainer" "algo.trainer.time_limit_s=${TIME_LIMIT:-20}" \
+  env "${envs[@]}" python3 "$root/apps/trainer" "algo.trainer.time_limit_s=$limit" \
     "${overrides[@]}" console=plain "runs_root=$out/runs" "run_name=$tag" > "$out/$tag.log" 2>&1 \
     || echo "$tag: exit $? (see $out/$tag.log)"
 }
 first=$1
-launch warm ${first#*=}
+launch "${WARM_TIME_LIMIT:-90}" warm ${first#*=}
+configs=("$@")
 for round in $(seq "${ROUNDS:-3}"); do
-  for config in "$@"; do launch "${config%%=*}.$round" ${config#*=}; done
+  order=("${configs[@]}")
+  if (( round % 2 == 0 )); then  # every other round in reverse: no configuration always comes first
+    order=(); for (( i = ${#configs[@]} - 1; i >= 0; i-- )); do order+=("${configs[i]}"); done
+  fi
+  for config in "${order[@]}"; do launch "${TIME_LIMIT:-20}" "${config%%=*}.$round" ${config#*=}; done
 done
 python3 - "$out" "$@" <<'EOF'
 import re, statistics, sys

@@ -236,14 +236,18 @@ def test_a_collector_compile_with_collectors_on_their_cpus_is_noted() -> None:
     run = resolve_run(cfg, explicit=frozenset({"task", f"{OPTS}.collector_compile"}), cuda_count=1)
     text = describe_placement(run, resolve_placement(run, run.dims, cuda_count=1))
     assert text.endswith(
-        "note: algo.trainer.async_options.collector_compile=true compiles only a policy on CUDA, and these "
-        "collectors infer on their CPUs; set collector_inference_device=cuda to compile it"
+        f"note: {OPTS}.collector_compile=true compiles only a policy on CUDA, and these collectors infer on "
+        f"their CPUs; set {OPTS}.collector_inference_device=cuda to compile it"
     ), text
     cfg = _cfg("task=hopper", f"{OPTS}.collector_compile=true", f"{OPTS}.collector_inference_device=cuda")
     run = resolve_run(cfg, explicit=frozenset({"task"}), cuda_count=1)
     plan = resolve_placement(run, run.dims, cuda_count=1)
     assert {c.inference_device for c in plan.collectors} == {"cuda:0"}
     assert "collector_compile" not in describe_placement(run, plan)
+    cfg = _cfg("task=hopper", "algo.trainer.device=cpu", f"{OPTS}.collector_compile=true")
+    run = resolve_run(cfg, explicit=frozenset({"task"}), cuda_count=1)
+    plan = resolve_placement(run, run.dims, cuda_count=1)
+    assert "collector_compile" not in describe_placement(run, plan), "CPU learners: 'cuda' is no choice"
 
 
 def test_collectors_that_do_not_fit_the_cpus_are_worded_with_the_key_path() -> None:

@@ -113,7 +113,7 @@ def test_two_nccl_learners(tmp_path: Path) -> None:
                         num_updates=2, learning_starts=3)  # fmt: skip
     topo = resolve_trainer_topology(
         num_envs=8, num_collectors=2, num_learners=2, batch_size=16, trainer_device="cuda",
-        learner_devices=None, num_cuda_devices=torch.cuda.device_count(), collector_inference_device="auto",
+        learner_devices=None, num_cuda_devices=torch.cuda.device_count(), collector_inference_device="cuda",
         cpus_per_collector=None, transition_ipc="auto", weight_ipc="auto", weight_ipc_min_bytes=1 << 24,
         actor_param_bytes=0, host=discover_host(),
     )  # fmt: skip

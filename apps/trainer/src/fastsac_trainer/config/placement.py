@@ -20,6 +20,8 @@ from fastsac_trainer.config.validate import topology_config_error
 
 __all__ = ["PlacedRun", "actor_param_bytes", "describe_placement", "resolve_placement"]
 
+_OPTS = "algo.trainer.async_options"
+
 
 class PlacedRun(Protocol):
     """What placement reads of a run (``ResolvedRun`` and ``RunPlan`` both have it)."""
@@ -99,15 +101,17 @@ def resolve_placement(run: PlacedRun, dims: EnvDims, cuda_count: int) -> Trainer
 def describe_placement(run: PlacedRun, topology: TrainerTopology | None) -> str:
     """The resolved topology as a table (async), or the one-process summary (sync).
 
-    A collector policy compile asked for where collectors infer on their CPUs (``auto`` puts a small
-    policy call there) compiles nothing: one more note says so.
+    A collector policy compile asked for where a GPU learner's collectors infer on their CPUs (``auto``
+    puts a small policy call there) compiles nothing: one more note says so.
     """
     if topology is None:
         return f"synchronous trainer: one process, {run.num_envs} envs, device {run.device}"
     rendered: str = topology.render()
-    if run.async_options.collector_compile and any(c.inference_device == "cpu" for c in topology.collectors):
+    gpu_learners = any(learner.device != "cpu" for learner in topology.learners)
+    on_cpus = any(collector.inference_device == "cpu" for collector in topology.collectors)
+    if run.async_options.collector_compile and gpu_learners and on_cpus:
         rendered += (
-            "\nnote: algo.trainer.async_options.collector_compile=true compiles only a policy on CUDA, and "
-            "these collectors infer on their CPUs; set collector_inference_device=cuda to compile it"
+            f"\nnote: {_OPTS}.collector_compile=true compiles only a policy on CUDA, and these collectors "
+            f"infer on their CPUs; set {_OPTS}.collector_inference_device=cuda to compile it"
         )
     return rendered

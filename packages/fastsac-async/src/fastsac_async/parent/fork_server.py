@@ -108,7 +108,8 @@ Preloaded, every learner of the server's process has it at once (a test session 
 engine: wiki/benchmarks.md, "Process start and the test suite"), but the first fork waits for it.
 Left to the learner (:func:`prestart_workers` with ``preload_learner=False``), the first fork comes
 that much earlier and the learner imports it in its own start, which pays only where the learner has
-time to spare: while its collectors initialise CUDA, not where they are ready at once (a CPU run)."""
+time to spare (while its collectors make their CUDA contexts, say), not where it would be the last of
+the workers to be ready."""
 
 
 def fork_server() -> Any:
