@@ -231,3 +231,18 @@ def test_other_architectures_are_refused(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     with pytest.raises(UnsupportedPlatformError, match="aarch64"):
         HostRing.create(LAYOUT, capacity=2)
+
+
+def test_a_wait_yields_64_times_then_sleeps_20_us_doubling_to_1_ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backoff: 64 yields, then sleeps of 20 µs, 40 µs, ... capped at 1 ms (the documented schedule)."""
+    from shm_transport import _waiting
+
+    yields: list[None] = []
+    sleeps: list[float] = []
+    monkeypatch.setattr(_waiting.os, "sched_yield", lambda: yields.append(None))
+    monkeypatch.setattr(_waiting.time, "sleep", sleeps.append)
+    backoff = _waiting.Backoff(timeout_s=3600.0)
+    for _ in range(64 + 8):
+        assert backoff.wait()
+    assert len(yields) == 64
+    assert sleeps == pytest.approx([20e-6, 40e-6, 80e-6, 160e-6, 320e-6, 640e-6, 1e-3, 1e-3])

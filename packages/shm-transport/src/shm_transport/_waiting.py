@@ -13,6 +13,7 @@ __all__ = ["Backoff", "BlockingRingOps"]
 _SPIN_ROUNDS = 64
 """Yields before the first sleep: a consumer a few microseconds behind is caught without sleeping."""
 _FIRST_SLEEP_S = 20e-6
+"""The first sleep after the yields; each later one doubles it."""
 _MAX_SLEEP_S = 1e-3
 """Longest single sleep: bounds the added latency once the other side moves again."""
 
@@ -42,7 +43,7 @@ class Backoff:
         if self._rounds <= _SPIN_ROUNDS:
             os.sched_yield()
         else:
-            pause = min(_MAX_SLEEP_S, _FIRST_SLEEP_S * 2.0 ** min(16, self._rounds - _SPIN_ROUNDS))
+            pause = min(_MAX_SLEEP_S, _FIRST_SLEEP_S * 2.0 ** min(16, self._rounds - _SPIN_ROUNDS - 1))
             time.sleep(min(pause, self._deadline - now))
         return True
 
