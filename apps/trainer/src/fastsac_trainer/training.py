@@ -33,7 +33,6 @@ __all__ = [
     "PRELOAD_DYNAMO_ENV",
     "RunOutcome",
     "end_start",
-    "gpu_visible",
     "server_preloads_dynamo",
     "start_workers_first",
     "train_run",
@@ -157,53 +156,30 @@ def start_workers_first() -> PrestartedWorkers:
 
 
 PRELOAD_DYNAMO_ENV = "FASTSAC_PRELOAD_DYNAMO"
-"""Set to 1 or 0, it decides :func:`server_preloads_dynamo` (start-up comparisons:
-``benchmarks/start_up_ab.sh``)."""
+"""Set to 0, the fork server leaves ``torch._dynamo`` to each learner (:func:`server_preloads_dynamo`)."""
 
 
-def server_preloads_dynamo(environ: Mapping[str, str] | None = None, devices: Path = Path("/dev")) -> bool:
+def server_preloads_dynamo(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the trainer's fork server imports ``torch._dynamo`` for its learners (``LEARNER_PRELOAD``).
 
-    ``FASTSAC_PRELOAD_DYNAMO=1`` or ``0`` decides; unset or empty, the server imports it exactly when no
-    GPU is visible (:func:`gpu_visible`).
+    It does, unless ``FASTSAC_PRELOAD_DYNAMO=0``. The first fork then waits for that import, and every
+    learner starts with it done: on the GPU host, with collectors that infer on their CPUs (the default
+    there) and are ready in half a second, the first update came 0.7 s sooner with it (6.5 s against 7.2
+    s after launch, wiki/benchmarks.md); so it did on a host without a GPU. Collectors that infer on the
+    GPU each spend seconds on a CUDA context, time in which a learner imports it itself: there ``0``
+    gave the first update 0.6 s sooner (7.5 s against 8.1 s).
 
     Raises:
-        ConfigError: Any other value of ``FASTSAC_PRELOAD_DYNAMO``.
+        ConfigError: ``FASTSAC_PRELOAD_DYNAMO`` is set to anything but 0, 1 or nothing.
     """
     env = os.environ if environ is None else environ
     value = env.get(PRELOAD_DYNAMO_ENV, "")
-    if value == "":
-        return not gpu_visible(env, devices)
-    if value not in ("0", "1"):
+    if value not in ("", "0", "1"):
         from fastsac_trainer.config.exceptions import ConfigError
 
-        fix = "unset it, or use 1 (the fork server imports dynamo) or 0 (each learner imports it)"
+        fix = "unset it, or use 1 (the fork server imports dynamo, the default) or 0 (each learner does)"
         raise ConfigError(PRELOAD_DYNAMO_ENV, value, fix)
-    return value == "1"
-
-
-def gpu_visible(environ: Mapping[str, str] | None = None, devices: Path = Path("/dev")) -> bool:
-    """Whether this process may see an NVIDIA GPU (no CUDA call: read before anything imports torch).
-
-    A GPU's device file (``/dev/nvidiaN``: what a container is given with its GPUs) exists and
-    ``CUDA_VISIBLE_DEVICES`` does not hide them all: CUDA reads that list up to its first entry that
-    names no device, so an empty one, ``-1`` or Slurm's ``NoDevFiles`` first hides every GPU. (An
-    index beyond the host's GPUs still counts as one: this only chooses what the fork server imports.)
-
-    With a GPU the fork server leaves dynamo out (:func:`server_preloads_dynamo`), so that no fork waits
-    for its import: the learner imports it on CPUs of its own while its collectors build their envs and
-    policies (``fastsac_async.parent.fork_server.LEARNER_PRELOAD``; measured on an h100 with collectors
-    that infer on the GPU, each making a CUDA context, wiki/decisions.md). Without one the collectors are
-    ready at once beside a learner that shares their cores, and the learner would be the last: the
-    server imports dynamo, as before.
-    """
-    env = os.environ if environ is None else environ
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        first = visible.split(",")[0].strip()
-        if not (first.isdigit() or first.startswith(("GPU-", "MIG-"))):
-            return False
-    return any(devices.glob("nvidia[0-9]*"))
+    return value != "0"
 
 
 def end_start(server: PrestartedWorkers) -> None:
