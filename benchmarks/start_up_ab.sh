@@ -6,9 +6,9 @@
 # per configuration.
 # On the device machine (4 configurations x 3 rounds at 20 s after a 90 s warm-up: about 9 minutes):
 #   source .devrun/env.sh && bash benchmarks/start_up_ab.sh def= \
-#     preload=FASTSAC_PRELOAD_DYNAMO=1 \
+#     nopreload=FASTSAC_PRELOAD_DYNAMO=0 \
 #     gpuinf=algo.trainer.async_options.collector_inference_device=cuda \
-#     gpuinf_preload="algo.trainer.async_options.collector_inference_device=cuda FASTSAC_PRELOAD_DYNAMO=1"
+#     gpuinf_nopreload="algo.trainer.async_options.collector_inference_device=cuda FASTSAC_PRELOAD_DYNAMO=0"
 # A configuration is NAME=WORDS: a word NAME=VALUE whose name is in capitals (FASTSAC_PRELOAD_DYNAMO=1)
 # is an environment variable of the launch, any other word a trainer override. ROUNDS (3),
 # TIME_LIMIT (s, 20), WARM_TIME_LIMIT (s, 90: long enough for the compiled switch to fill the cache),

@@ -218,7 +218,7 @@ def gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("gpu_host")
 @pytest.mark.parametrize("name", list(TASKS))
 def test_every_task_infers_on_its_collectors_cpus_on_the_gpu_host(name: str) -> None:
-    """On a 16-CPU host with one GPU every task's default plan has its collectors (14) infer on their CPUs."""
+    """On a 16-CPU host with one GPU each task's default collectors (14; pendulum 4) infer on their CPUs."""
     run = resolve_run(_cfg(f"task={name}"), explicit=frozenset({"task"}), cuda_count=1)
     plan = resolve_placement(run, run.dims, cuda_count=1)
     assert run.device == "cuda:0" and len(plan.collectors) == min(14, run.num_envs)

@@ -29,8 +29,8 @@ def own_fork_server() -> None:
     """No fork server of this process runs (a test's own supervisor starts one as it would on its own).
 
     The server is per process and the first start decides its imports: an earlier test's server may be
-    a trainer's, which on a GPU host leaves dynamo to the learner (LEARNER_PRELOAD). None of its workers
-    is alive between tests.
+    a trainer's, which with FASTSAC_PRELOAD_DYNAMO=0 leaves dynamo to the learner (LEARNER_PRELOAD).
+    None of its workers is alive between tests.
     """
     pid = fork_server()._forkserver_pid
     if pid is not None:

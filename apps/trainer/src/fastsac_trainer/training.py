@@ -147,12 +147,13 @@ def start_workers_first() -> PrestartedWorkers:
     from fastsac_trainer.boot_clock import profile_launch
     from fastsac_trainer.rendering import mujoco_import_is_fork_safe
 
+    dynamo = server_preloads_dynamo()  # a bad FASTSAC_PRELOAD_DYNAMO is refused before anything starts
     profile_launch()  # FASTSAC_PROFILE_BOOT: the start-up under cProfile from here (the clock writes it)
     # Every worker unpickles its run's env factory, and so imports the tasks (MuJoCo, gymnasium): once,
     # in the server, instead of in each worker after its fork; unless MuJoCo's import would load an
     # OpenGL library there (MUJOCO_GL=egl, say), which no process should hold before it forks.
     tasks = ("fastsac_trainer.tasks._factory",) if mujoco_import_is_fork_safe() else ()
-    return prestart_workers(preload=tasks, preload_learner=server_preloads_dynamo())
+    return prestart_workers(preload=tasks, preload_learner=dynamo)
 
 
 PRELOAD_DYNAMO_ENV = "FASTSAC_PRELOAD_DYNAMO"

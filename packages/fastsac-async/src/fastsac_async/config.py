@@ -101,7 +101,8 @@ class AsyncOptions:
     waits."""
     collector_inference_device: str = "auto"
     """cpu, cuda, cuda:N, or auto: the collector's own CPU when its owner learns on a GPU and the policy
-    call is small (``fastsac_topology.policy_fits_a_core``), else the owner learner's device."""
+    call is small (``fastsac_topology.policy_fits_a_core``) and no CUDA-IPC transport is "on", else the
+    owner learner's device."""
     collector_compile: bool = False
     """Compile the fixed-batch collector policy (CUDA inference only). Off by default: the compile holds
     every collector's start for seconds, for a small part of its step (wiki/benchmarks.md, Collector

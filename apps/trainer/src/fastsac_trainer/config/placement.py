@@ -16,11 +16,9 @@ from fastsac_core import EnvDims, FastSACConfig, build_actor
 from fastsac_topology import TopologyError, TrainerTopology, resolve_trainer_topology
 from fastsac_trainer.config.host import host_layout
 from fastsac_trainer.config.memory import check_memory
-from fastsac_trainer.config.validate import topology_config_error
+from fastsac_trainer.config.validate import _OPTS, topology_config_error
 
 __all__ = ["PlacedRun", "actor_param_bytes", "describe_placement", "resolve_placement"]
-
-_OPTS = "algo.trainer.async_options"
 
 
 class PlacedRun(Protocol):
