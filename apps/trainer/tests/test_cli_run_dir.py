@@ -121,6 +121,28 @@ def test_new_runs_of_one_name_at_once_get_the_folder_once(tmp_path: Path) -> Non
     assert all(line.startswith("run_name='r' is invalid: ") for line in refused), refused
 
 
+def test_a_new_run_waits_out_another_launchs_look_at_its_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock held a moment after the claim (a refused launch reading it) does not refuse the run."""
+    import fcntl
+
+    import fastsac_trainer.run_dir as run_dir_module
+
+    claim = run_dir_module._claim
+
+    def claim_then_looked_at(run_dir: Path, config_yaml: str, made: list[Path]) -> bool:
+        claimed = claim(run_dir, config_yaml, made)
+        fd = os.open(RunLayout(run_dir).lock, os.O_RDONLY | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # as another launch's look at the lock holds it (_holder)
+        threading.Timer(0.3, os.close, [fd]).start()
+        return claimed
+
+    monkeypatch.setattr(run_dir_module, "_claim", claim_then_looked_at)
+    assert create_run_dir(tmp_path, "r", "a: 1\n") == tmp_path / "r"
+    release_run_dir(tmp_path / "r")
+
+
 def test_default_names_of_runs_started_at_once_are_unique(tmp_path: Path) -> None:
     """Runs started in the same second with the default name each get their own folder."""
     now = time.time()

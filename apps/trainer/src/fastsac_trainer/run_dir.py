@@ -97,7 +97,7 @@ def create_run_dir(runs_root: Path, run_name: str, config_yaml: str, *, resuming
         if any(run_dir.iterdir()) or not _claim(run_dir, config_yaml, made):
             raise TrainerAppError(_taken(run_name, run_dir))
         with _undone_on_failure(run_dir, made):
-            hold_run_dir(run_dir)
+            hold_run_dir(run_dir, patience_s=_CLAIMED_PATIENCE_S)
             _make_layout(run_dir)
     return run_dir
 
@@ -136,7 +136,7 @@ def create_default_run_dir(runs_root: Path, task: str, config_yaml: str, *, now:
             if _claim(run_dir, config_yaml, made):
                 break
     with _writing(runs_root, run_dir), _held_or_released(run_dir), _undone_on_failure(run_dir, made):
-        hold_run_dir(run_dir)
+        hold_run_dir(run_dir, patience_s=_CLAIMED_PATIENCE_S)
         _make_layout(run_dir)
     return run_dir
 
@@ -186,7 +186,12 @@ _HELD: dict[Path, int] = {}
 """The run folders this process holds (Note [run folder lock]), by resolved path: the lock file's fd."""
 
 
-def hold_run_dir(run_dir: Path) -> None:
+_CLAIMED_PATIENCE_S = 1.0
+"""How long a new run that claimed its folder waits for its lock: only another launch's look at the lock
+(:func:`_holder`, while it words its refusal) can hold it then, and only for a moment."""
+
+
+def hold_run_dir(run_dir: Path, *, patience_s: float = 0.0) -> None:
     """Lock ``run_dir`` for this process until :func:`release_run_dir` (or the process ends).
 
     # Note [run folder lock]
@@ -196,6 +201,12 @@ def hold_run_dir(run_dir: Path) -> None:
     new run once it has claimed the folder, a resume before it writes anything); the kernel drops
     the lock when the holder exits, a crash included, so no lock is ever stale. A host of a run
     across hosts holds its own folder's (``host<R>/``).
+    A launch refused a folder only looks at its lock to word the refusal (:func:`_holder`), which holds
+    it for a moment; the run that claimed the folder waits that out (``patience_s``).
+
+    Args:
+        run_dir: The run folder.
+        patience_s: How long to retry a lock held elsewhere before giving up (0: at once).
 
     Raises:
         TrainerAppError: Another live process holds it (named by its pid, which it wrote into the file).
@@ -207,15 +218,20 @@ def hold_run_dir(run_dir: Path) -> None:
         return
     path = RunLayout(run_dir).lock
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + patience_s
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
     except BlockingIOError:
         holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise TrainerAppError(
-            f"{run_dir} is in use by another trainer (pid {holder}); two trainers writing one run folder "
-            "would mix their checkpoints: wait for it to end or stop it, or use another run_name"
-        ) from None
+        raise TrainerAppError(_in_use(run_dir, holder)) from None
     except OSError as error:  # a filesystem without flock (NFS without lockd, Lustre without -o flock)
         os.close(fd)
         _log.warning("%s cannot be locked (%s): nothing stops a second trainer on it", run_dir, error)
@@ -223,6 +239,40 @@ def hold_run_dir(run_dir: Path) -> None:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _HELD[key] = fd
+
+
+def _in_use(run_dir: Path, holder: str) -> str:
+    """Why a trainer cannot have ``run_dir``: process ``holder`` holds its lock."""
+    return (
+        f"{run_dir} is in use by another trainer (pid {holder}); two trainers writing one run folder "
+        "would mix their checkpoints: wait for it to end or stop it, or use another run_name"
+    )
+
+
+def _holder(run_dir: Path) -> str | None:
+    """The pid of another live process that holds ``run_dir``'s lock, or None when none does.
+
+    A look, not a hold: it never touches this process's own holds (its own run is no other trainer;
+    releasing after a look, as a hold would need, would let go of its lock), and it holds the lock for
+    a moment only, which a run that claimed the folder waits out (:data:`_CLAIMED_PATIENCE_S`).
+    """
+    import fcntl
+
+    if run_dir.resolve() in _HELD:
+        return None
+    try:
+        fd = os.open(RunLayout(run_dir).lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 32).decode(errors="replace").strip() or "?"
+    except OSError:  # no flock on this filesystem: nothing can be known
+        return None
+    finally:
+        os.close(fd)  # and with it the shared lock, if taken
+    return None
 
 
 def release_run_dir(run_dir: Path) -> None:
@@ -336,12 +386,9 @@ def _claim(run_dir: Path, config_yaml: str, made: list[Path]) -> bool:
 
 def _taken(run_name: str, run_dir: Path) -> str:
     """The one-line refusal of a new run into ``run_dir``, which holds something already."""
-    if RunLayout(run_dir).lock.is_file():  # a run's folder (a folder of the user's gets no lock file)
-        try:
-            hold_run_dir(run_dir)  # a live trainer's folder is that, whatever it holds yet
-        except TrainerAppError as held:
-            return f"run_name={run_name!r} is invalid: {held}"
-        release_run_dir(run_dir)
+    holder = _holder(run_dir)  # a live trainer's folder is that, whatever it holds yet
+    if holder is not None:
+        return f"run_name={run_name!r} is invalid: {_in_use(run_dir, holder)}"
     checkpoints = RunLayout(run_dir).checkpoints
     if latest_checkpoint(run_dir) is not None:
         return (
