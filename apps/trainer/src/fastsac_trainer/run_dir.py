@@ -219,26 +219,29 @@ def hold_run_dir(run_dir: Path, *, patience_s: float = 0.0) -> None:
     path = RunLayout(run_dir).lock
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + patience_s
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
                 time.sleep(0.01)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise TrainerAppError(_in_use(run_dir, holder)) from None
-    except OSError as error:  # a filesystem without flock (NFS without lockd, Lustre without -o flock)
-        os.close(fd)
-        _log.warning("%s cannot be locked (%s): nothing stops a second trainer on it", run_dir, error)
-        return
+                continue
+            holder = _pid_in(fd)
+            os.close(fd)
+            raise TrainerAppError(_in_use(run_dir, holder)) from None
+        except OSError as error:  # a filesystem without flock (NFS without lockd, Lustre without -o flock)
+            os.close(fd)
+            _log.warning("%s cannot be locked (%s): nothing stops a second trainer on it", run_dir, error)
+            return
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _HELD[key] = fd
+
+
+def _pid_in(fd: int) -> str:
+    """The pid a holder wrote into the lock file open as ``fd`` ("?" before it wrote it)."""
+    return os.read(fd, 32).decode(errors="replace").strip() or "?"
 
 
 def _in_use(run_dir: Path, holder: str) -> str:
@@ -267,7 +270,7 @@ def _holder(run_dir: Path) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return os.read(fd, 32).decode(errors="replace").strip() or "?"
+        return _pid_in(fd)
     except OSError:  # no flock on this filesystem: nothing can be known
         return None
     finally:
